@@ -1,0 +1,413 @@
+//! GGUF v2/v3 reader over a read-only mmap.
+//!
+//! The header (metadata and tensor infos) is parsed once into owned values; tensor data is never
+//! copied: [`GgufFile::tensor_data`] is a slice of the mapping. Every length, count and offset in
+//! the header is checked against the bytes that remain before it is used, so a malformed file
+//! yields a [`GgufError`], never a panic, a huge allocation or a read past the end.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use quant::GgmlType;
+
+use crate::value::{Array, Value, ValueType};
+use crate::GgufError;
+
+pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// ggml tensors have at most 4 dimensions.
+pub const MAX_DIMS: usize = 4;
+/// Nested arrays deeper than this are rejected (real files use depth 1; this bounds recursion).
+const MAX_ARRAY_DEPTH: usize = 8;
+/// Longest key or tensor name accepted (llama.cpp's GGML_MAX_NAME is 64; keys are short too).
+const MAX_NAME_LEN: usize = 1 << 16;
+
+/// One tensor as the header describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml order: `dims[0]` is the fastest-varying (row length).
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Offset from the start of the data section.
+    pub offset: u64,
+    /// Bytes of data, derived from dims and type.
+    pub size: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    /// Row length (`dims[0]`) and number of rows (product of the rest).
+    pub fn rows_cols(&self) -> (usize, usize) {
+        let cols = self.dims.first().copied().unwrap_or(1) as usize;
+        let rows = self.dims.iter().skip(1).product::<u64>() as usize;
+        (rows, cols)
+    }
+}
+
+/// Where the bytes come from: a read-only mapping, or an owned buffer (tests, fuzzing).
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// A parsed GGUF file.
+pub struct GgufFile {
+    backing: Backing,
+    pub version: u32,
+    pub alignment: u64,
+    /// Metadata in file order.
+    pub metadata: Vec<(String, Value)>,
+    index: HashMap<String, usize>,
+    pub tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    /// Absolute offset of the data section in the file.
+    pub data_offset: u64,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("n_kv", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("data_offset", &self.data_offset)
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Maps `path` read-only and parses its header.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path)
+            .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
+        // SAFETY: the mapping is read-only and private to this process. If another process
+        // truncates the file while it is mapped, reads of the lost pages raise SIGBUS; that is
+        // the accepted contract of every mmap-based model loader (llama.cpp included).
+        let mmap = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
+        Self::parse(Backing::Mmap(mmap))
+    }
+
+    /// Parses a GGUF image held in memory (tests and fuzzing).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        Self::parse(Backing::Owned(bytes))
+    }
+
+    fn parse(backing: Backing) -> Result<GgufFile, GgufError> {
+        let bytes = backing.bytes();
+        let mut c = Cursor { buf: bytes, pos: 0 };
+        let magic = c.take(4, "magic")?;
+        if magic != GGUF_MAGIC {
+            return Err(GgufError::BadMagic([magic[0], magic[1], magic[2], magic[3]]));
+        }
+        let version = c.u32("version")?;
+        if version == 1 || version > 3 {
+            // Byte-swapped (big-endian) files show up as a huge version number.
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        if version == 0 {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let n_tensors = c.u64("tensor count")?;
+        let n_kv = c.u64("metadata count")?;
+        // Each kv takes at least 8 (key len) + 4 (type) + 1 bytes; each tensor info at least
+        // 8 + 4 + 4 + 8 bytes. Counts that cannot fit in the file are rejected up front.
+        c.check_count(n_kv, 13, "metadata count")?;
+        c.check_count(n_tensors, 24, "tensor count")?;
+
+        let mut metadata = Vec::with_capacity(n_kv as usize);
+        let mut index = HashMap::with_capacity(n_kv as usize);
+        for _ in 0..n_kv {
+            let key = c.string("metadata key")?;
+            let ty_id = c.u32("metadata value type")?;
+            let ty = ValueType::from_id(ty_id)
+                .ok_or_else(|| GgufError::BadValueType { key: key.clone(), id: ty_id })?;
+            let value = c.value(ty, &key, 0)?;
+            if index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(GgufError::DuplicateKey(key));
+            }
+            metadata.push((key, value));
+        }
+
+        let alignment = match index.get("general.alignment").map(|&i| &metadata[i].1) {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => match v.as_u64() {
+                Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 30 => a,
+                _ => return Err(GgufError::BadAlignment(format!("{v:?}"))),
+            },
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = c.string("tensor name")?;
+            let n_dims = c.u32("tensor dimension count")? as usize;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(GgufError::BadTensor { name, why: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)") });
+            }
+            let mut dims = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                dims.push(c.u64("tensor dimension")?);
+            }
+            let ty_id = c.u32("tensor type")?;
+            let ggml_type = GgmlType::from_id(ty_id)
+                .ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), id: ty_id })?;
+            let offset = c.u64("tensor offset")?;
+            let size = tensor_size(&name, &dims, ggml_type)?;
+            if offset % alignment != 0 {
+                return Err(GgufError::BadTensor { name, why: format!("offset {offset} is not a multiple of the alignment {alignment}") });
+            }
+            if tensor_index.insert(name.clone(), tensors.len()).is_some() {
+                return Err(GgufError::DuplicateTensor(name));
+            }
+            tensors.push(TensorInfo { name, dims, ggml_type, offset, size });
+        }
+
+        let data_offset = align_up(c.pos as u64, alignment)
+            .ok_or_else(|| GgufError::Truncated { what: "data section".into(), offset: c.pos as u64 })?;
+        let file_len = bytes.len() as u64;
+        for t in &tensors {
+            let end = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.size));
+            match end {
+                Some(end) if end <= file_len => {}
+                _ => {
+                    return Err(GgufError::TensorOutOfBounds {
+                        name: t.name.clone(),
+                        offset: t.offset,
+                        size: t.size,
+                        data_len: file_len.saturating_sub(data_offset),
+                    })
+                }
+            }
+        }
+
+        Ok(GgufFile { backing, version, alignment, metadata, index, tensors, tensor_index, data_offset })
+    }
+
+    /// The whole file image.
+    pub fn bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
+    /// Total file size in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// The mapping, when the file was opened from disk (for madvise / mlock).
+    pub fn mmap(&self) -> Option<&memmap2::Mmap> {
+        match &self.backing {
+            Backing::Mmap(m) => Some(m),
+            Backing::Owned(_) => None,
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get(key).and_then(Value::as_u64)
+    }
+
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(Value::as_f64)
+    }
+
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        self.get(key).and_then(Value::as_bool)
+    }
+
+    pub fn get_array(&self, key: &str) -> Option<&Array> {
+        self.get(key).and_then(Value::as_array)
+    }
+
+    /// `general.architecture`, the prefix of the model's hyper-parameter keys.
+    pub fn architecture(&self) -> Option<&str> {
+        self.get_str("general.architecture")
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The bytes of a tensor: a slice of the mapping, never a copy.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        // Bounds were checked at parse time for every tensor of this file.
+        let start = (self.data_offset + t.offset) as usize;
+        &self.bytes()[start..start + t.size as usize]
+    }
+}
+
+/// Bytes of a tensor of `dims` × `ty`, checked for overflow and whole blocks.
+pub fn tensor_size(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError> {
+    let bad = |why: String| GgufError::BadTensor { name: name.to_string(), why };
+    let mut n: u64 = 1;
+    for &d in dims {
+        n = n.checked_mul(d).ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
+    }
+    let bs = ty.block_size() as u64;
+    if dims[0] % bs != 0 {
+        return Err(bad(format!("row length {} is not a multiple of the {} block size {bs}", dims[0], ty)));
+    }
+    (n / bs)
+        .checked_mul(ty.type_size() as u64)
+        .filter(|&s| s < (1u64 << 62))
+        .ok_or_else(|| bad(format!("dimensions {dims:?} of {ty} overflow")))
+}
+
+pub(crate) fn align_up(x: u64, a: u64) -> Option<u64> {
+    x.checked_add(a - 1).map(|v| v / a * a)
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], GgufError> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated { what: what.to_string(), offset: self.pos as u64 });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn check_count(&self, n: u64, min_each: usize, what: &str) -> Result<(), GgufError> {
+        let need = n.checked_mul(min_each as u64);
+        match need {
+            Some(need) if need <= self.remaining() as u64 => Ok(()),
+            _ => Err(GgufError::AbsurdCount { what: what.to_string(), count: n, offset: self.pos as u64 }),
+        }
+    }
+
+    fn u8(&mut self, what: &str) -> Result<u8, GgufError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, GgufError> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap()))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        let at = self.pos as u64;
+        let len = self.u64(what)?;
+        if len > self.remaining() as u64 {
+            return Err(GgufError::AbsurdCount { what: format!("{what} length"), count: len, offset: at });
+        }
+        if what != "metadata string" && len as usize > MAX_NAME_LEN {
+            return Err(GgufError::AbsurdCount { what: format!("{what} length"), count: len, offset: at });
+        }
+        let raw = self.take(len as usize, what)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| GgufError::BadUtf8 { what: what.to_string(), offset: at })
+    }
+
+    fn value(&mut self, ty: ValueType, key: &str, depth: usize) -> Result<Value, GgufError> {
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.u8(key)?),
+            ValueType::I8 => Value::I8(self.u8(key)? as i8),
+            ValueType::U16 => Value::U16(self.u16(key)?),
+            ValueType::I16 => Value::I16(self.u16(key)? as i16),
+            ValueType::U32 => Value::U32(self.u32(key)?),
+            ValueType::I32 => Value::I32(self.u32(key)? as i32),
+            ValueType::F32 => Value::F32(f32::from_bits(self.u32(key)?)),
+            ValueType::Bool => Value::Bool(self.bool(key)?),
+            ValueType::String => Value::String(self.string("metadata string")?),
+            ValueType::U64 => Value::U64(self.u64(key)?),
+            ValueType::I64 => Value::I64(self.u64(key)? as i64),
+            ValueType::F64 => Value::F64(f64::from_bits(self.u64(key)?)),
+            ValueType::Array => Value::Array(self.array(key, depth)?),
+        })
+    }
+
+    fn bool(&mut self, key: &str) -> Result<bool, GgufError> {
+        match self.u8(key)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(GgufError::BadValue { key: key.to_string(), why: format!("bool byte {b}") }),
+        }
+    }
+
+    fn array(&mut self, key: &str, depth: usize) -> Result<Array, GgufError> {
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(GgufError::BadValue { key: key.to_string(), why: format!("arrays nested deeper than {MAX_ARRAY_DEPTH}") });
+        }
+        let ty_id = self.u32(key)?;
+        let ty = ValueType::from_id(ty_id)
+            .ok_or_else(|| GgufError::BadValueType { key: key.to_string(), id: ty_id })?;
+        let n = self.u64(key)?;
+        self.check_count(n, ty.min_encoded_size(), &format!("array length of {key}"))?;
+        let n = n as usize;
+        macro_rules! fixed {
+            ($variant:ident, $read:ident, $conv:expr) => {{
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push($conv(self.$read(key)?));
+                }
+                Array::$variant(v)
+            }};
+        }
+        Ok(match ty {
+            ValueType::U8 => Array::U8(self.take(n, key)?.to_vec()),
+            ValueType::I8 => Array::I8(self.take(n, key)?.iter().map(|&b| b as i8).collect()),
+            ValueType::U16 => fixed!(U16, u16, |x| x),
+            ValueType::I16 => fixed!(I16, u16, |x: u16| x as i16),
+            ValueType::U32 => fixed!(U32, u32, |x| x),
+            ValueType::I32 => fixed!(I32, u32, |x: u32| x as i32),
+            ValueType::F32 => fixed!(F32, u32, f32::from_bits),
+            ValueType::U64 => fixed!(U64, u64, |x| x),
+            ValueType::I64 => fixed!(I64, u64, |x: u64| x as i64),
+            ValueType::F64 => fixed!(F64, u64, f64::from_bits),
+            ValueType::Bool => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.bool(key)?);
+                }
+                Array::Bool(v)
+            }
+            ValueType::String => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.string("metadata string")?);
+                }
+                Array::String(v)
+            }
+            ValueType::Array => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.array(key, depth + 1)?);
+                }
+                Array::Array(v)
+            }
+        })
+    }
+}
