@@ -1,6 +1,11 @@
 //! Quantized block formats: the ggml type table, block layouts, scalar reference
 //! quantize/dequantize, and the dot-product kernels the forward pass runs on.
 
+pub mod blocks;
+mod dequant;
+mod error;
 mod types;
 
+pub use dequant::{can_dequantize, dequantize_row, Dequantize};
+pub use error::QuantError;
 pub use types::GgmlType;
