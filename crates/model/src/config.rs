@@ -1,0 +1,183 @@
+//! Typed model configuration, read once from GGUF metadata and validated at load. No metadata
+//! string keys are looked up outside this file; the forward pass reads only [`ModelConfig`].
+
+use gguf::GgufFile;
+
+use crate::arch::{Arch, ArchSpec};
+use crate::ModelError;
+
+/// How rotary embeddings pair up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1) — llama.cpp's `LLAMA_ROPE_TYPE_NORM` (Llama, Mistral).
+    Norm,
+    /// Halves (i, i + n_rot/2) — `LLAMA_ROPE_TYPE_NEOX` (Qwen2, Gemma, Phi-3).
+    Neox,
+}
+
+/// Feed-forward gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU: gelu(gate) * up.
+    GeluTanh,
+}
+
+/// Per-layer attention shape: gemma2/3 alternate sliding-window and global layers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerAttn {
+    /// Keys further back than this many positions are masked (`None`: full causal attention).
+    pub window: Option<usize>,
+    pub rope_base: f32,
+    /// Position multiplier (1 / linear scaling factor).
+    pub rope_freq_scale: f32,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub spec: ArchSpec,
+    pub name: String,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Query/key head size.
+    pub head_dim: usize,
+    /// Value head size (equal to `head_dim` in every supported architecture).
+    pub head_dim_v: usize,
+    pub n_ff: usize,
+    /// Dimensions rotated by RoPE (≤ head_dim).
+    pub n_rot: usize,
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    /// Multiplier applied to q before q·k.
+    pub attn_scale: f32,
+    /// `cap * tanh(score / cap)` on attention scores.
+    pub attn_softcap: Option<f32>,
+    /// `cap * tanh(logit / cap)` on output logits.
+    pub final_softcap: Option<f32>,
+    /// Multiplier on the token embedding (gemma: sqrt(n_embd)).
+    pub embd_scale: f32,
+    pub layers: Vec<LayerAttn>,
+}
+
+impl ModelConfig {
+    pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
+        let arch_name = f.architecture().ok_or(ModelError::MissingKey("general.architecture".into()))?;
+        let arch = Arch::from_name(arch_name).ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
+        let spec = arch.spec();
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let req = |k: &str| -> Result<usize, ModelError> {
+            let full = key(k);
+            let v = f.get_u64(&full).ok_or_else(|| ModelError::MissingKey(full.clone()))?;
+            usize::try_from(v).ok().filter(|&v| v > 0 && v < (1 << 31)).ok_or(ModelError::BadValue { key: full, value: v.to_string() })
+        };
+        let opt_f = |k: &str| f.get_f64(&key(k)).map(|v| v as f32);
+
+        let n_embd = req("embedding_length")?;
+        let n_layer = req("block_count")?;
+        let n_head = req("attention.head_count")?;
+        let n_head_kv = match f.get_u64(&key("attention.head_count_kv")) {
+            Some(_) => req("attention.head_count_kv")?,
+            None => n_head,
+        };
+        if n_head % n_head_kv != 0 {
+            return Err(ModelError::BadValue { key: key("attention.head_count_kv"), value: format!("{n_head_kv} (does not divide head_count {n_head})") });
+        }
+        let head_dim = match f.get_u64(&key("attention.key_length")) {
+            Some(_) => req("attention.key_length")?,
+            None => n_embd / n_head,
+        };
+        let head_dim_v = match f.get_u64(&key("attention.value_length")) {
+            Some(_) => req("attention.value_length")?,
+            None => head_dim,
+        };
+        if head_dim_v != head_dim {
+            return Err(ModelError::Unsupported(format!("value head size {head_dim_v} differs from key head size {head_dim}")));
+        }
+        let n_ff = req("feed_forward_length")?;
+        let n_rot = match f.get_u64(&key("rope.dimension_count")) {
+            Some(_) => req("rope.dimension_count")?,
+            None => head_dim,
+        };
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(ModelError::BadValue { key: key("rope.dimension_count"), value: n_rot.to_string() });
+        }
+        let n_ctx_train = f.get_u64(&key("context_length")).unwrap_or(4096) as usize;
+        let rms_eps = opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+        let rope_base = opt_f("rope.freq_base").unwrap_or(10000.0);
+        let rope_base_swa = opt_f("rope.freq_base_swa").unwrap_or(spec.rope_base_swa_default.unwrap_or(rope_base));
+        let rope_freq_scale = match f.get_str(&key("rope.scaling.type")) {
+            None | Some("none") => 1.0,
+            Some("linear") => {
+                let factor = opt_f("rope.scaling.factor").unwrap_or(1.0);
+                if !(factor > 0.0) {
+                    return Err(ModelError::BadValue { key: key("rope.scaling.factor"), value: factor.to_string() });
+                }
+                1.0 / factor
+            }
+            Some(other) => return Err(ModelError::Unsupported(format!("rope scaling type {other:?} (snug supports none and linear; llama3-style scaling comes from the rope_freqs tensor)"))),
+        };
+        let window = f.get_u64(&key("attention.sliding_window")).map(|v| v as usize).filter(|&w| w > 0);
+        let n_vocab = f
+            .get_array("tokenizer.ggml.tokens")
+            .map(|a| a.len())
+            .or_else(|| f.get_u64(&key("vocab_size")).map(|v| v as usize))
+            .ok_or_else(|| ModelError::MissingKey("tokenizer.ggml.tokens".into()))?;
+
+        let attn_scale = match spec.attn_scale_rule {
+            crate::arch::AttnScale::InvSqrtHeadDim => 1.0 / (head_dim as f32).sqrt(),
+            crate::arch::AttnScale::GemmaLarge { n_layer_27b } if n_layer == n_layer_27b => 1.0 / ((n_embd / n_head) as f32).sqrt(),
+            crate::arch::AttnScale::GemmaLarge { .. } => 1.0 / (head_dim as f32).sqrt(),
+        };
+        let softcap = |k: &str| opt_f(k).filter(|&c| c > 0.0);
+        let attn_softcap = if spec.softcapping { softcap("attn_logit_softcapping") } else { None };
+        let final_softcap = if spec.softcapping { softcap("final_logit_softcapping") } else { None };
+        let embd_scale = if spec.scale_embd { (n_embd as f32).sqrt() } else { 1.0 };
+
+        let layers = (0..n_layer)
+            .map(|il| {
+                let swa = window.is_some() && spec.swa_pattern.is_swa(il);
+                LayerAttn {
+                    window: if swa { window } else { None },
+                    rope_base: if swa { rope_base_swa } else { rope_base },
+                    rope_freq_scale: if swa { 1.0 } else { rope_freq_scale },
+                }
+            })
+            .collect();
+
+        Ok(ModelConfig {
+            arch,
+            spec,
+            name: f.get_str("general.name").unwrap_or(arch_name).to_string(),
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_ff,
+            n_rot,
+            n_ctx_train,
+            rms_eps,
+            attn_scale,
+            attn_softcap,
+            final_softcap,
+            embd_scale,
+            layers,
+        })
+    }
+
+    /// Width of one token's keys (or values) in one layer: n_head_kv × head_dim.
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+}

@@ -1,0 +1,338 @@
+//! The forward pass: one function for every architecture, driven by [`ModelConfig`]'s data.
+//!
+//! A [`Batch`] holds tokens from any number of sequences (each token carries its sequence and
+//! position), so prefill chunks and many sequences' decode steps share every weight read.
+//! Batches longer than `n_ubatch` run in slices of that size; all scratch comes from buffers
+//! sized once in [`Context::new`], so a decode step allocates nothing.
+
+use std::sync::Arc;
+
+use quant::kernels::{matmul, MatRef};
+use quant::threads::ThreadPool;
+
+use crate::config::ModelConfig;
+use crate::kv::{KvCache, SeqId};
+use crate::ops::{self, RopeTable};
+use crate::par::for_each_chunk_mut;
+use crate::weights::Mat;
+use crate::{Model, ModelError};
+
+/// Tokens to run, each with its position, sequence and whether its logits are wanted.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub tokens: Vec<u32>,
+    pub pos: Vec<usize>,
+    pub seq: Vec<SeqId>,
+    pub logits: Vec<bool>,
+}
+
+impl Batch {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.pos.clear();
+        self.seq.clear();
+        self.logits.clear();
+    }
+
+    pub fn push(&mut self, token: u32, pos: usize, seq: SeqId, logits: bool) {
+        self.tokens.push(token);
+        self.pos.push(pos);
+        self.seq.push(seq);
+        self.logits.push(logits);
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn n_outputs(&self) -> usize {
+        self.logits.iter().filter(|&&l| l).count()
+    }
+}
+
+/// Sizes fixed when a [`Context`] is created.
+#[derive(Clone, Copy, Debug)]
+pub struct ContextParams {
+    /// Positions per sequence.
+    pub n_ctx: usize,
+    /// Tokens computed together (prefill chunk).
+    pub n_ubatch: usize,
+    /// Logit rows one `decode` call can return.
+    pub n_outputs_max: usize,
+    pub n_seq_max: usize,
+    pub n_threads: usize,
+}
+
+/// Activation buffers, sized for `n_ubatch` tokens. Shapes in comments are `[tokens][width]`.
+struct Scratch {
+    /// [ub][n_embd] residual stream
+    x: Vec<f32>,
+    /// [ub][n_embd] normed input / FFN output
+    xn: Vec<f32>,
+    /// [ub][q_dim]
+    q: Vec<f32>,
+    /// [ub][kv_dim]
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// [ub][q_dim] attention output
+    att: Vec<f32>,
+    /// [ub][n_ff]
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// [n_out_ub][n_embd] rows whose logits are wanted
+    xo: Vec<f32>,
+    /// quantized activations for matmul
+    qbuf: Vec<u8>,
+    rope: RopeTable,
+    /// [n_threads][n_ctx] attention scores + [n_threads][head_dim] f32 key row
+    attn_tmp: Vec<f32>,
+}
+
+pub struct Context {
+    model: Arc<Model>,
+    pub params: ContextParams,
+    pool: ThreadPool,
+    pub kv: KvCache,
+    s: Scratch,
+    /// [n_outputs_max][n_vocab]
+    logits: Vec<f32>,
+    n_logits: usize,
+}
+
+impl Context {
+    pub fn new(model: Arc<Model>, params: ContextParams) -> Context {
+        let c = &model.config;
+        let ub = params.n_ubatch.max(1);
+        let nth = params.n_threads.max(1);
+        let s = Scratch {
+            x: vec![0.0; ub * c.n_embd],
+            xn: vec![0.0; ub * c.n_embd],
+            q: vec![0.0; ub * c.q_dim()],
+            k: vec![0.0; ub * c.kv_dim()],
+            v: vec![0.0; ub * c.kv_dim()],
+            att: vec![0.0; ub * c.q_dim()],
+            gate: vec![0.0; ub * c.n_ff],
+            up: vec![0.0; ub * c.n_ff],
+            xo: vec![0.0; ub.min(params.n_outputs_max.max(1)) * c.n_embd],
+            qbuf: Vec::with_capacity(ub * c.n_ff.max(c.n_embd) * 2),
+            rope: RopeTable::new(c.n_rot),
+            attn_tmp: vec![0.0; nth * (params.n_ctx + c.head_dim)],
+        };
+        let kv = KvCache::new(c.n_layer, params.n_ctx, c.kv_dim(), params.n_seq_max);
+        let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
+        Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params }
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+
+    /// Logits of the `i`-th output row of the last [`Context::decode`] call.
+    pub fn logits(&self, i: usize) -> &[f32] {
+        let n = self.model.config.n_vocab;
+        assert!(i < self.n_logits, "logit row {i} requested, the last batch produced {}", self.n_logits);
+        &self.logits[i * n..(i + 1) * n]
+    }
+
+    pub fn n_logits(&self) -> usize {
+        self.n_logits
+    }
+
+    /// Runs `batch`, storing its keys/values and the logits of the tokens that ask for them.
+    /// The whole batch is checked first: on error nothing has changed.
+    pub fn decode(&mut self, batch: &Batch) -> Result<(), ModelError> {
+        let c = &self.model.config;
+        let n_out = batch.n_outputs();
+        if n_out > self.params.n_outputs_max {
+            return Err(ModelError::TooManyOutputs { requested: n_out, max: self.params.n_outputs_max });
+        }
+        for i in 0..batch.len() {
+            if batch.tokens[i] as usize >= c.n_vocab {
+                return Err(ModelError::BadToken { token: batch.tokens[i], n_vocab: c.n_vocab });
+            }
+            self.kv.check(batch.seq[i], batch.pos[i])?;
+        }
+        self.n_logits = 0;
+        let ub = self.params.n_ubatch.max(1);
+        let mut start = 0;
+        while start < batch.len() {
+            let end = (start + ub).min(batch.len());
+            self.run_ubatch(batch, start, end)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn run_ubatch(&mut self, batch: &Batch, b0: usize, b1: usize) -> Result<(), ModelError> {
+        let model = Arc::clone(&self.model);
+        let (c, w) = (&model.config, &model.weights);
+        let file = model.file.bytes();
+        let n = b1 - b0;
+        let (d, qd, kvd, ff, hd) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff, c.head_dim);
+        let s = &mut self.s;
+        let pool = &self.pool;
+
+        // Embeddings.
+        let row_bytes = w.tok_embd.row_bytes();
+        for t in 0..n {
+            let tok = batch.tokens[b0 + t] as usize;
+            let src = &w.tok_embd.data(file)[tok * row_bytes..(tok + 1) * row_bytes];
+            let dst = &mut s.x[t * d..(t + 1) * d];
+            quant::dequantize_row(w.tok_embd.ty, src, dst).map_err(|e| ModelError::Kernel(e.to_string()))?;
+            if c.embd_scale != 1.0 {
+                dst.iter_mut().for_each(|v| *v *= c.embd_scale);
+            }
+        }
+
+        for (il, lw) in w.layers.iter().enumerate() {
+            let la = c.layers[il];
+            // Attention block.
+            for t in 0..n {
+                ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps);
+            }
+            mm(pool, file, &lw.wq, &s.xn[..n * d], n, &mut s.q[..n * qd], &mut s.qbuf)?;
+            mm(pool, file, &lw.wk, &s.xn[..n * d], n, &mut s.k[..n * kvd], &mut s.qbuf)?;
+            mm(pool, file, &lw.wv, &s.xn[..n * d], n, &mut s.v[..n * kvd], &mut s.qbuf)?;
+            for t in 0..n {
+                let (q, k, v) = (&mut s.q[t * qd..(t + 1) * qd], &mut s.k[t * kvd..(t + 1) * kvd], &mut s.v[t * kvd..(t + 1) * kvd]);
+                if let Some(b) = &lw.bq {
+                    ops::add_assign(q, b);
+                }
+                if let Some(b) = &lw.bk {
+                    ops::add_assign(k, b);
+                }
+                if let Some(b) = &lw.bv {
+                    ops::add_assign(v, b);
+                }
+                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                    q.chunks_mut(hd).for_each(|h| ops::rms_norm(h, qn, c.rms_eps));
+                    k.chunks_mut(hd).for_each(|h| ops::rms_norm(h, kn, c.rms_eps));
+                }
+                s.rope.fill(batch.pos[b0 + t], la.rope_base, la.rope_freq_scale, w.rope_freqs.as_deref());
+                q.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
+                k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
+                self.kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
+            }
+            attention(pool, c, &self.kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp, self.params.n_ctx);
+            mm(pool, file, &lw.wo, &s.att[..n * qd], n, &mut s.xn[..n * d], &mut s.qbuf)?;
+            for t in 0..n {
+                let o = &mut s.xn[t * d..(t + 1) * d];
+                if let Some(pn) = &lw.post_attn_norm {
+                    ops::rms_norm(o, pn, c.rms_eps);
+                }
+                ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
+            }
+
+            // Feed-forward block.
+            for t in 0..n {
+                ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps);
+            }
+            mm(pool, file, &lw.gate, &s.xn[..n * d], n, &mut s.gate[..n * ff], &mut s.qbuf)?;
+            mm(pool, file, &lw.up, &s.xn[..n * d], n, &mut s.up[..n * ff], &mut s.qbuf)?;
+            ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
+            mm(pool, file, &lw.down, &s.gate[..n * ff], n, &mut s.xn[..n * d], &mut s.qbuf)?;
+            for t in 0..n {
+                let o = &mut s.xn[t * d..(t + 1) * d];
+                if let Some(pn) = &lw.post_ffn_norm {
+                    ops::rms_norm(o, pn, c.rms_eps);
+                }
+                ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
+            }
+        }
+
+        // Output rows.
+        let mut n_out = 0;
+        for t in 0..n {
+            if batch.logits[b0 + t] {
+                ops::rms_norm_into(&mut s.xo[n_out * d..(n_out + 1) * d], &s.x[t * d..(t + 1) * d], &w.output_norm, c.rms_eps);
+                n_out += 1;
+            }
+        }
+        if n_out > 0 {
+            let nv = c.n_vocab;
+            let out = &mut self.logits[self.n_logits * nv..(self.n_logits + n_out) * nv];
+            mm(pool, file, &w.output, &s.xo[..n_out * d], n_out, out, &mut s.qbuf)?;
+            for row in out.chunks_mut(nv) {
+                if let Some(b) = &w.output_bias {
+                    ops::add_assign(row, b);
+                }
+                if let Some(cap) = c.final_softcap {
+                    ops::softcap(row, cap);
+                }
+            }
+            self.n_logits += n_out;
+        }
+        Ok(())
+    }
+}
+
+fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+    let mr = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
+    matmul(pool, mr, x, m, y, qbuf).map_err(|e| ModelError::Kernel(e.to_string()))
+}
+
+/// Causal (optionally sliding-window) attention of `n` batch tokens against their sequences'
+/// cached keys/values, parallel over (token, head) pairs. `q`: [n][n_head × head_dim] (already
+/// roped), `out`: same shape.
+#[allow(clippy::too_many_arguments)]
+fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32], n_ctx: usize) {
+    let (hd, kvd) = (c.head_dim, c.kv_dim());
+    let group = c.n_head / c.n_head_kv;
+    let window = c.layers[il].window;
+    let tmp_stride = n_ctx + hd;
+    let tmp_base = tmp.as_mut_ptr() as usize;
+    debug_assert_eq!(out.len(), n * c.q_dim());
+    for_each_chunk_mut(pool, out, hd, |ith, item, o| {
+        let (t, h) = (item / c.n_head, item % c.n_head);
+        let kvh = h / group;
+        let (seq, pos) = (batch.seq[b0 + t], batch.pos[b0 + t]);
+        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let keys = kv.keys(seq, il);
+        let vals = kv.values(seq, il);
+        let qh = &q[t * c.q_dim() + h * hd..t * c.q_dim() + (h + 1) * hd];
+        // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats; row `ith` is used only by
+        // thread `ith`, one item at a time, and `tmp` is not otherwise touched meanwhile.
+        let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
+        let (scores, krow) = row.split_at_mut(n_ctx);
+        let krow = &mut krow[..hd];
+        let mut max = f32::NEG_INFINITY;
+        for j in lo..=pos {
+            let at = j * kvd + kvh * hd;
+            for (d, s) in krow.iter_mut().zip(&keys[at..at + hd]) {
+                *d = s.to_f32();
+            }
+            let mut sc = ops::dot(qh, krow) * c.attn_scale;
+            if let Some(cap) = c.attn_softcap {
+                sc = cap * (sc / cap).tanh();
+            }
+            scores[j] = sc;
+            max = max.max(sc);
+        }
+        let mut sum = 0.0;
+        for sc in &mut scores[lo..=pos] {
+            *sc = (*sc - max).exp();
+            sum += *sc;
+        }
+        o.fill(0.0);
+        for j in lo..=pos {
+            let at = j * kvd + kvh * hd;
+            let p = scores[j] / sum;
+            for (d, s) in krow.iter_mut().zip(&vals[at..at + hd]) {
+                *d = s.to_f32();
+            }
+            ops::axpy(o, p, krow);
+        }
+    });
+}

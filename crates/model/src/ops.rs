@@ -1,0 +1,186 @@
+//! Elementwise and per-row operations of the forward pass (norms, RoPE, activations). All are
+//! O(n) per token and run on the calling thread; the matmuls and attention are what is parallel.
+
+use half::f16;
+
+use crate::config::{Activation, RopeStyle};
+
+/// `x = x / sqrt(mean(x²) + eps) * w`, in place.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let scale = 1.0 / (ss + eps).sqrt();
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v = *v * scale * g;
+    }
+}
+
+/// `out = rms_norm(x) * w` without touching x.
+pub fn rms_norm_into(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    out.copy_from_slice(x);
+    rms_norm(out, w, eps);
+}
+
+/// Per-position rotation table for one head: `cos`/`sin` of each rotated pair.
+pub struct RopeTable {
+    /// [n_rot / 2]
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+}
+
+impl RopeTable {
+    pub fn new(n_rot: usize) -> RopeTable {
+        RopeTable { cos: vec![0.0; n_rot / 2], sin: vec![0.0; n_rot / 2] }
+    }
+
+    /// Fills the table for position `pos`. Angles follow ggml's rope cache exactly:
+    /// theta starts at `pos` and is multiplied by `base^(-2/n_rot)` once per pair (f32), then
+    /// divided by the per-pair frequency factor and scaled by `freq_scale`.
+    pub fn fill(&mut self, pos: usize, base: f32, freq_scale: f32, freq_factors: Option<&[f32]>) {
+        let n_rot = self.cos.len() * 2;
+        let theta_scale = base.powf(-2.0 / n_rot as f32);
+        let mut theta = pos as f32;
+        for i in 0..self.cos.len() {
+            let ff = freq_factors.map_or(1.0, |f| f[i]);
+            let t = freq_scale * (theta / ff);
+            self.cos[i] = t.cos();
+            self.sin[i] = t.sin();
+            theta *= theta_scale;
+        }
+    }
+
+    /// Rotates the first `n_rot` dimensions of one head in place.
+    pub fn apply(&self, head: &mut [f32], style: RopeStyle) {
+        let half = self.cos.len();
+        match style {
+            RopeStyle::Norm => {
+                for i in 0..half {
+                    let (x0, x1) = (head[2 * i], head[2 * i + 1]);
+                    head[2 * i] = x0 * self.cos[i] - x1 * self.sin[i];
+                    head[2 * i + 1] = x0 * self.sin[i] + x1 * self.cos[i];
+                }
+            }
+            RopeStyle::Neox => {
+                for i in 0..half {
+                    let (x0, x1) = (head[i], head[i + half]);
+                    head[i] = x0 * self.cos[i] - x1 * self.sin[i];
+                    head[i + half] = x0 * self.sin[i] + x1 * self.cos[i];
+                }
+            }
+        }
+    }
+}
+
+/// `gate = act(gate) * up`, in place in `gate`.
+pub fn glu(gate: &mut [f32], up: &[f32], act: Activation) {
+    match act {
+        Activation::Silu => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        }
+        Activation::GeluTanh => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = gelu_like_ggml(*g) * u;
+            }
+        }
+    }
+}
+
+/// GELU (tanh approximation) as ggml's CPU backend computes it: outside ±10 it is 0 or x;
+/// inside, the input is rounded to f16 and the result is read from a table of f16 values —
+/// reproduced here by rounding both sides through f16.
+#[inline]
+pub fn gelu_like_ggml(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let xh = f16::from_f32(x).to_f32();
+        f16::from_f32(gelu_tanh(xh)).to_f32()
+    }
+}
+
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+/// `cap * tanh(x / cap)` on every element.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+pub fn add_assign(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight independent partial sums let the compiler vectorise without reassociation.
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for j in 0..8 {
+            acc[j] += a[c * 8 + j] * b[c * 8 + j];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// `y += a * x`
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d += a * s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_row_is_the_weight() {
+        let mut x = vec![3.0; 8];
+        let w: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        rms_norm(&mut x, &w, 0.0);
+        for (a, b) in x.iter().zip(&w) {
+            assert!((a - b).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity_and_preserves_norm_elsewhere() {
+        let mut t = RopeTable::new(8);
+        let orig: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+        for style in [RopeStyle::Norm, RopeStyle::Neox] {
+            t.fill(0, 10000.0, 1.0, None);
+            let mut h = orig.clone();
+            t.apply(&mut h, style);
+            assert_eq!(h, orig);
+            t.fill(17, 10000.0, 1.0, None);
+            t.apply(&mut h, style);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = h.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-3);
+            assert_ne!(h, orig);
+        }
+    }
+
+    #[test]
+    fn gelu_matches_known_values() {
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
+        assert_eq!(gelu_like_ggml(-11.0), 0.0);
+        assert_eq!(gelu_like_ggml(12.0), 12.0);
+    }
+}

@@ -1,0 +1,189 @@
+//! Weight lookup and shape validation. Matrices stay in the mapping in their GGUF block format:
+//! a [`Mat`] is only a type, a byte range and a shape (zero-copy; the range is also what layer
+//! streaming madvises). Norm weights and biases — a few KB per layer — are dequantized to owned
+//! f32 vectors at load.
+
+use gguf::{GgmlType, GgufFile, TensorInfo};
+
+use crate::config::ModelConfig;
+use crate::ModelError;
+
+/// A weight matrix in the mapping: `rows` rows of `cols` values in `ty`'s block format.
+/// (GGUF `ne` order: `cols` = ne[0], the contiguous dimension.)
+#[derive(Clone, Copy, Debug)]
+pub struct Mat {
+    pub ty: GgmlType,
+    /// Absolute byte offset in the file.
+    pub offset: usize,
+    pub len: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Mat {
+    /// Bytes of row `r`.
+    pub fn row_bytes(&self) -> usize {
+        self.len / self.rows
+    }
+
+    pub fn data<'a>(&self, file: &'a [u8]) -> &'a [u8] {
+        &file[self.offset..self.offset + self.len]
+    }
+
+    /// Rows `r0..r1` as one matrix (used to split fused qkv and gate|up matrices).
+    pub fn rows_slice(&self, r0: usize, r1: usize) -> Mat {
+        let rb = self.row_bytes();
+        Mat { ty: self.ty, offset: self.offset + r0 * rb, len: (r1 - r0) * rb, rows: r1 - r0, cols: self.cols }
+    }
+}
+
+pub struct LayerWeights {
+    /// [n_embd]
+    pub attn_norm: Vec<f32>,
+    /// [q_dim] × n_embd
+    pub wq: Mat,
+    /// [kv_dim] × n_embd
+    pub wk: Mat,
+    pub wv: Mat,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// [head_dim] each, shared by all heads
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// [n_embd] × q_dim
+    pub wo: Mat,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    /// [n_ff] × n_embd
+    pub gate: Mat,
+    pub up: Mat,
+    /// [n_embd] × n_ff
+    pub down: Mat,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+pub struct Weights {
+    /// [n_vocab] × n_embd
+    pub tok_embd: Mat,
+    pub output_norm: Vec<f32>,
+    /// [n_vocab] × n_embd; the embedding matrix itself when tied.
+    pub output: Mat,
+    pub output_bias: Option<Vec<f32>>,
+    /// Per-dimension RoPE divisors [n_rot / 2] (Llama 3 scaling), if the file has them.
+    pub rope_freqs: Option<Vec<f32>>,
+    pub layers: Vec<LayerWeights>,
+}
+
+struct Loader<'a> {
+    f: &'a GgufFile,
+}
+
+impl Loader<'_> {
+    fn info(&self, name: &str) -> Result<&TensorInfo, ModelError> {
+        self.f.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    fn mat(&self, name: &str, rows: usize, cols: usize) -> Result<Mat, ModelError> {
+        let t = self.info(name)?;
+        let (r, c) = t.rows_cols();
+        if t.dims.len() != 2 || r != rows || c != cols {
+            return Err(ModelError::BadShape { name: name.to_string(), expected: format!("[{cols}, {rows}]"), found: format!("{:?}", t.dims) });
+        }
+        if !quant::kernels::supports(t.ggml_type) {
+            return Err(ModelError::Unsupported(format!("tensor {name} has type {}, which snug cannot compute with yet", t.ggml_type)));
+        }
+        Ok(Mat { ty: t.ggml_type, offset: (self.f.data_offset + t.offset) as usize, len: t.size as usize, rows, cols })
+    }
+
+    fn vec(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.info(name)?;
+        if t.n_elements() != len as u64 {
+            return Err(ModelError::BadShape { name: name.to_string(), expected: format!("[{len}]"), found: format!("{:?}", t.dims) });
+        }
+        let mut out = vec![0.0f32; len];
+        quant::dequantize_row(t.ggml_type, self.f.tensor_data(t), &mut out)
+            .map_err(|e| ModelError::Unsupported(format!("tensor {name}: {e}")))?;
+        Ok(out)
+    }
+
+    fn opt_vec(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if self.f.tensor(name).is_some() {
+            self.vec(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn req_if(&self, cond: bool, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if cond {
+            self.vec(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl Weights {
+    pub fn load(f: &GgufFile, c: &ModelConfig) -> Result<Weights, ModelError> {
+        let l = Loader { f };
+        let (d, q, kv, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
+        let tok_embd = l.mat("token_embd.weight", c.n_vocab, d)?;
+        let output = if f.tensor("output.weight").is_some() { l.mat("output.weight", c.n_vocab, d)? } else { tok_embd };
+        let rope_freqs = l.opt_vec("rope_freqs.weight", c.n_rot / 2)?;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for il in 0..c.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            let (wq, wk, wv) = if c.spec.fused_qkv {
+                let qkv = l.mat(&n("attn_qkv.weight"), q + 2 * kv, d)?;
+                (qkv.rows_slice(0, q), qkv.rows_slice(q, q + kv), qkv.rows_slice(q + kv, q + 2 * kv))
+            } else {
+                (l.mat(&n("attn_q.weight"), q, d)?, l.mat(&n("attn_k.weight"), kv, d)?, l.mat(&n("attn_v.weight"), kv, d)?)
+            };
+            let (gate, up) = if c.spec.fused_gate_up {
+                let gu = l.mat(&n("ffn_up.weight"), 2 * ff, d)?;
+                (gu.rows_slice(0, ff), gu.rows_slice(ff, 2 * ff))
+            } else {
+                (l.mat(&n("ffn_gate.weight"), ff, d)?, l.mat(&n("ffn_up.weight"), ff, d)?)
+            };
+            if f.tensor(&n("attn_qkv.bias")).is_some() || f.tensor(&n("ffn_up.bias")).is_some() {
+                return Err(ModelError::Unsupported(format!("layer {il} has fused-projection biases")));
+            }
+            layers.push(LayerWeights {
+                attn_norm: l.vec(&n("attn_norm.weight"), d)?,
+                wq,
+                wk,
+                wv,
+                bq: l.opt_vec(&n("attn_q.bias"), q)?,
+                bk: l.opt_vec(&n("attn_k.bias"), kv)?,
+                bv: l.opt_vec(&n("attn_v.bias"), kv)?,
+                q_norm: l.req_if(c.spec.qk_norm, &n("attn_q_norm.weight"), c.head_dim)?,
+                k_norm: l.req_if(c.spec.qk_norm, &n("attn_k_norm.weight"), c.head_dim)?,
+                wo: l.mat(&n("attn_output.weight"), d, q)?,
+                post_attn_norm: l.req_if(c.spec.post_norms, &n("post_attention_norm.weight"), d)?,
+                ffn_norm: l.vec(&n("ffn_norm.weight"), d)?,
+                gate,
+                up,
+                down: l.mat(&n("ffn_down.weight"), d, ff)?,
+                post_ffn_norm: l.req_if(c.spec.post_norms, &n("post_ffw_norm.weight"), d)?,
+            });
+        }
+        Ok(Weights {
+            tok_embd,
+            output_norm: l.vec("output_norm.weight", d)?,
+            output,
+            output_bias: l.opt_vec("output.bias", c.n_vocab)?,
+            rope_freqs,
+            layers,
+        })
+    }
+
+    /// Byte range `[start, end)` of layer `il`'s matrices in the file (for residency control).
+    pub fn layer_range(&self, il: usize) -> (usize, usize) {
+        let l = &self.layers[il];
+        let mats = [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down];
+        let start = mats.iter().map(|m| m.offset).min().unwrap_or(0);
+        let end = mats.iter().map(|m| m.offset + m.len).max().unwrap_or(0);
+        (start, end)
+    }
+}
