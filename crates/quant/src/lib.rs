@@ -4,6 +4,8 @@
 pub mod blocks;
 mod dequant;
 mod error;
+pub mod kernels;
+pub mod threads;
 mod types;
 
 pub use dequant::{can_dequantize, dequantize_row, Dequantize};

@@ -1,0 +1,652 @@
+//! x86-64 AVX2 (+FMA, F16C) kernels: activation quantizers and the dot product of every weight
+//! type, each written once generic over `C` activation rows (C = 1 for decode, C = TILE for the
+//! prefill tile) so one unpack of a weight block serves C tokens. Integer products use
+//! `vpmaddubsw` (u8 × i8 → i16 pairs) then `vpmaddwd` into i32, as ggml's AVX2 path does.
+//! Cost: a Q4_K block (256 values) is ~40 instructions, well under one DRAM line per cycle.
+
+use std::arch::x86_64::*;
+
+use super::{DotKernels, QuantizeFn, TILE};
+use crate::blocks::IQ4_NL_VALUES;
+use crate::GgmlType;
+
+// --- small helpers ------------------------------------------------------------------------------
+
+/// f16 at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+        p.cast::<u16>().read_unaligned() as i32,
+    )))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hmax_ps(v: __m256) -> f32 {
+    let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// 16 nibbles at `p` → 32 bytes: low nibbles in bytes 0..16, high nibbles in bytes 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_32(p: *const u8) -> __m256i {
+    let t = _mm_loadu_si128(p.cast());
+    let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    _mm256_and_si256(b, _mm256_set1_epi8(0xF))
+}
+
+/// The 32 bits of the u32 at `p` → 32 bytes, 0xFF where the bit is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bits_32(p: *const u8) -> __m256i {
+    let x = p.cast::<u32>().read_unaligned() as i32;
+    let shuf = _mm256_set_epi64x(
+        0x0303030303030303,
+        0x0202020202020202,
+        0x0101010101010101,
+        0x0000000000000000,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Signed i8 × signed i8 pairwise into 16 × i16 (|a·b| pairs ≤ 2·127·128 fit).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_i8_i16(w: __m256i, x: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+}
+
+// --- activation quantizers ----------------------------------------------------------------------
+
+/// Quantize 32 floats at `x` with multiplier `id`; returns the i8s in order plus their 4 i32
+/// partial vectors' sum (for Q8_1's s and Q8_K's bsums the caller re-derives what it needs).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quant32(x: *const f32, id: f32) -> (__m256i, [__m256i; 4]) {
+    let m = _mm256_set1_ps(id);
+    let v: [__m256i; 4] = std::array::from_fn(|k| {
+        let f = _mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), m);
+        _mm256_cvtps_epi32(_mm256_round_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(f))
+    });
+    let a = _mm256_packs_epi32(v[0], v[1]);
+    let b = _mm256_packs_epi32(v[2], v[3]);
+    let p = _mm256_packs_epi16(a, b);
+    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    (p, v)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn amax_n(x: *const f32, n: usize) -> f32 {
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_setzero_ps();
+    for k in (0..n).step_by(8) {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x.add(k))));
+    }
+    hmax_ps(m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_0(x: &[f32], dst: &mut [u8]) {
+    debug_assert!(dst.len() >= x.len() / 32 * 34);
+    for i in 0..x.len() / 32 {
+        let (xp, yp) = (x.as_ptr().add(32 * i), dst.as_mut_ptr().add(34 * i));
+        let a = amax_n(xp, 32);
+        let id = if a != 0.0 { 127.0 / a } else { 0.0 };
+        let (q, _) = quant32(xp, id);
+        yp.cast::<u16>()
+            .write_unaligned(half::f16::from_f32(a / 127.0).to_bits());
+        _mm256_storeu_si256(yp.add(2).cast(), q);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_1(x: &[f32], dst: &mut [u8]) {
+    debug_assert!(dst.len() >= x.len() / 32 * 36);
+    for i in 0..x.len() / 32 {
+        let (xp, yp) = (x.as_ptr().add(32 * i), dst.as_mut_ptr().add(36 * i));
+        let a = amax_n(xp, 32);
+        let d = a / 127.0;
+        let id = if a != 0.0 { 127.0 / a } else { 0.0 };
+        let (q, v) = quant32(xp, id);
+        let sum = hsum_epi32(_mm256_add_epi32(
+            _mm256_add_epi32(v[0], v[1]),
+            _mm256_add_epi32(v[2], v[3]),
+        ));
+        yp.cast::<u16>()
+            .write_unaligned(half::f16::from_f32(d).to_bits());
+        yp.add(2)
+            .cast::<u16>()
+            .write_unaligned(half::f16::from_f32(d * sum as f32).to_bits());
+        _mm256_storeu_si256(yp.add(4).cast(), q);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
+    debug_assert!(dst.len() >= x.len() / 256 * 292);
+    for i in 0..x.len() / 256 {
+        let (xp, yp) = (x.as_ptr().add(256 * i), dst.as_mut_ptr().add(292 * i));
+        let a = amax_n(xp, 256);
+        let id = if a != 0.0 { 127.0 / a } else { 0.0 };
+        yp.cast::<f32>().write_unaligned(a / 127.0);
+        for j in 0..8 {
+            let (q, v) = quant32(xp.add(32 * j), id);
+            _mm256_storeu_si256(yp.add(4 + 32 * j).cast(), q);
+            let s0 = hsum_epi32(_mm256_add_epi32(v[0], v[1]));
+            let s1 = hsum_epi32(_mm256_add_epi32(v[2], v[3]));
+            let bs = yp.add(260 + 4 * j).cast::<i16>();
+            bs.write_unaligned(s0 as i16);
+            bs.add(1).write_unaligned(s1 as i16);
+        }
+    }
+}
+
+pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {
+    Some(match vdt {
+        GgmlType::Q8_0 => quantize_q8_0,
+        GgmlType::Q8_1 => quantize_q8_1,
+        GgmlType::Q8K => quantize_q8_k,
+        _ => return None,
+    })
+}
+
+// --- float weights · f32 activations ------------------------------------------------------------
+
+/// A float weight format: how to widen 8 weights to f32 and read one.
+trait FloatW {
+    const BYTES: usize;
+    unsafe fn load8(p: *const u8) -> __m256;
+    fn one(b: &[u8]) -> f32;
+}
+
+struct F32W;
+struct F16W;
+struct Bf16W;
+
+impl FloatW for F32W {
+    const BYTES: usize = 4;
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        _mm256_loadu_ps(p.cast())
+    }
+    fn one(b: &[u8]) -> f32 {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+}
+
+impl FloatW for F16W {
+    const BYTES: usize = 2;
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+    fn one(b: &[u8]) -> f32 {
+        half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+    }
+}
+
+impl FloatW for Bf16W {
+    const BYTES: usize = 2;
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
+    }
+    fn one(b: &[u8]) -> f32 {
+        half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_float<W: FloatW, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc0 = [_mm256_setzero_ps(); C];
+    let mut acc1 = [_mm256_setzero_ps(); C];
+    let mut k = 0;
+    while k + 16 <= n {
+        let w0 = W::load8(wp.add(k * W::BYTES));
+        let w1 = W::load8(wp.add((k + 8) * W::BYTES));
+        for c in 0..C {
+            let xc = xp.add(c * xs).cast::<f32>();
+            acc0[c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc.add(k)), acc0[c]);
+            acc1[c] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc.add(k + 8)), acc1[c]);
+        }
+        k += 16;
+    }
+    std::array::from_fn(|c| {
+        let mut s = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));
+        for j in k..n {
+            let xv = xp.add(c * xs + 4 * j).cast::<f32>().read_unaligned();
+            s += W::one(&w[j * W::BYTES..]) * xv;
+        }
+        s
+    })
+}
+
+// --- legacy 32-value formats --------------------------------------------------------------------
+
+/// A legacy weight block against Q8_0: its scale and its 32 values as signed bytes.
+trait LegacySigned {
+    const BYTES: usize;
+    unsafe fn decode(b: *const u8) -> (f32, __m256i);
+}
+
+struct Q4_0W;
+struct Q5_0W;
+struct Q8_0W;
+struct Iq4NlW;
+
+impl LegacySigned for Q4_0W {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, __m256i) {
+        (
+            f16_at(b),
+            _mm256_sub_epi8(nibbles_32(b.add(2)), _mm256_set1_epi8(8)),
+        )
+    }
+}
+
+impl LegacySigned for Q5_0W {
+    const BYTES: usize = 22;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, __m256i) {
+        // Bit clear → value - 16: OR 0xF0 into the nibble gives the two's-complement byte.
+        let hi = _mm256_andnot_si256(bits_32(b.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        (f16_at(b), _mm256_or_si256(nibbles_32(b.add(6)), hi))
+    }
+}
+
+impl LegacySigned for Q8_0W {
+    const BYTES: usize = 34;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, __m256i) {
+        (f16_at(b), load(b.add(2)))
+    }
+}
+
+impl LegacySigned for Iq4NlW {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, __m256i) {
+        let lut = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
+        let lut = _mm256_set_m128i(lut, lut);
+        (f16_at(b), _mm256_shuffle_epi8(lut, nibbles_32(b.add(2))))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_legacy<W: LegacySigned, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 32 {
+        let (dw, qw) = W::decode(wp.add(i * W::BYTES));
+        let aw = _mm256_sign_epi8(qw, qw);
+        for c in 0..C {
+            let yb = xp.add(c * xs + 34 * i);
+            let qx = _mm256_sign_epi8(load(yb.add(2)), qw);
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, qx), _mm256_set1_epi16(1));
+            let d = _mm256_set1_ps(dw * f16_at(yb));
+            acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]))
+}
+
+/// A legacy weight block with a min, against Q8_1: scale, min and unsigned values.
+trait LegacyUnsigned {
+    const BYTES: usize;
+    unsafe fn decode(b: *const u8) -> (f32, f32, __m256i);
+}
+
+struct Q4_1W;
+struct Q5_1W;
+
+impl LegacyUnsigned for Q4_1W {
+    const BYTES: usize = 20;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, f32, __m256i) {
+        (f16_at(b), f16_at(b.add(2)), nibbles_32(b.add(4)))
+    }
+}
+
+impl LegacyUnsigned for Q5_1W {
+    const BYTES: usize = 24;
+    #[inline(always)]
+    unsafe fn decode(b: *const u8) -> (f32, f32, __m256i) {
+        let hi = _mm256_and_si256(bits_32(b.add(4)), _mm256_set1_epi8(0x10));
+        (
+            f16_at(b),
+            f16_at(b.add(2)),
+            _mm256_or_si256(nibbles_32(b.add(8)), hi),
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut mins = [0f32; C];
+    for i in 0..n / 32 {
+        let (dw, mw, qw) = W::decode(wp.add(i * W::BYTES));
+        for c in 0..C {
+            let yb = xp.add(c * xs + 36 * i);
+            let p = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(qw, load(yb.add(4))),
+                _mm256_set1_epi16(1),
+            );
+            let d = _mm256_set1_ps(dw * f16_at(yb));
+            acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+            mins[c] += mw * f16_at(yb.add(2));
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]) + mins[c])
+}
+
+// --- K-quants against Q8_K ----------------------------------------------------------------------
+
+/// Shuffle that broadcasts i16 lane `i` of a 128-bit register into every i16 of both halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
+    let lo = (2 * i) as i8;
+    _mm256_shuffle_epi8(
+        v,
+        _mm256_set1_epi16(i16::from_le_bytes([lo as u8, lo as u8 + 1])),
+    )
+}
+
+/// Q4_K/Q5_K scales and mins as 16 × i16 (scales in lanes 0..8, mins in 8..16).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
+    let mut u = [0u32; 4];
+    std::ptr::copy_nonoverlapping(s, u.as_mut_ptr().cast::<u8>(), 12);
+    const M1: u32 = 0x3f3f3f3f;
+    const M2: u32 = 0x0f0f0f0f;
+    const M3: u32 = 0x03030303;
+    u[3] = ((u[2] >> 4) & M2) | (((u[1] >> 6) & M3) << 4);
+    let t = u[1] & M1;
+    u[1] = (u[2] & M2) | (((u[0] >> 6) & M3) << 4);
+    u[2] = t;
+    u[0] &= M1;
+    _mm256_cvtepu8_epi16(_mm_loadu_si128(u.as_ptr().cast()))
+}
+
+/// Σ_j bsums[j] · mins[j/2] for the Q8_K block at `y` as an i32 (mins = i16 lanes 8..16 of `sm`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k4_min_term(sm: __m256i, y: *const u8) -> i32 {
+    let bs = load(y.add(260));
+    let q8s = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bs),
+        _mm256_extracti128_si256::<1>(bs),
+    );
+    let p = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), q8s);
+    let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+    _mm_cvtsi128_si32(_mm_add_epi32(p, _mm_shuffle_epi32::<0b01>(p)))
+}
+
+/// A Q4_K or Q5_K block: the 8 unsigned 32-value groups (pairs per 64), read one 64 at a time.
+trait K4Like {
+    const BYTES: usize;
+    /// Values 64j..64j+32 and 64j+32..64j+64 as unsigned bytes.
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i);
+}
+
+struct Q4KW;
+struct Q5KW;
+
+impl K4Like for Q4KW {
+    const BYTES: usize = 144;
+    #[inline(always)]
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i) {
+        let q = load(b.add(16 + 32 * j));
+        let m4 = _mm256_set1_epi8(0xF);
+        (
+            _mm256_and_si256(q, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+        )
+    }
+}
+
+impl K4Like for Q5KW {
+    const BYTES: usize = 176;
+    #[inline(always)]
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i) {
+        let q = load(b.add(48 + 32 * j));
+        let m4 = _mm256_set1_epi8(0xF);
+        let hb = load(b.add(16));
+        let bit = |k: usize| {
+            // Bit k of every qh byte → 16 (or 0) per byte.
+            let m = _mm256_set1_epi8(1 << k);
+            _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hb, m), m),
+                _mm256_set1_epi8(16),
+            )
+        };
+        let lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * j));
+        let hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            bit(2 * j + 1),
+        );
+        (lo, hi)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_k4<W: K4Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut accm = [0f32; C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * W::BYTES);
+        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
+        let sm = k4_scales_mins(b.add(4));
+        let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for j in 0..4 {
+            let (ql, qh) = W::pair(b, j);
+            let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
+            for c in 0..C {
+                let y = xp.add(c * xs + 292 * i + 4 + 64 * j);
+                let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load(y)));
+                let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load(y.add(32))));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+            }
+        }
+        for c in 0..C {
+            let y = xp.add(c * xs + 292 * i);
+            let yd = y.cast::<f32>().read_unaligned();
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            accm[c] += dmin * yd * k4_min_term(sm, y) as f32;
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]) - accm[c])
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6_k<const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let m4 = _mm256_set1_epi8(0xF);
+    let m2 = _mm256_set1_epi8(3);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * 210);
+        let d = f16_at(b.add(208));
+        // 16 scales as i16, both halves of a 256-bit register hold scales 0..8 / 8..16.
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for h in 0..2 {
+            let ql0 = load(b.add(64 * h));
+            let ql1 = load(b.add(64 * h + 32));
+            let qh = load(b.add(128 + 32 * h));
+            let hi = |s: i32| {
+                let v = match s {
+                    0 => qh,
+                    2 => _mm256_srli_epi16::<2>(qh),
+                    4 => _mm256_srli_epi16::<4>(qh),
+                    _ => _mm256_srli_epi16::<6>(qh),
+                };
+                _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2))
+            };
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), hi(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), hi(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hi(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hi(6)),
+            ];
+            // q[k] holds values 32k..32k+32 of this half: scale 8h+2k for its low 16 bytes,
+            // 8h+2k+1 for its high 16.
+            let scales: [__m256i; 4] =
+                std::array::from_fn(|k| bcast_i16_pair(sc16, 8 * h + 2 * k, 8 * h + 2 * k + 1));
+            for c in 0..C {
+                let y = xp.add(c * xs + 292 * i + 4 + 128 * h);
+                for k in 0..4 {
+                    let p = _mm256_maddubs_epi16(q[k], load(y.add(32 * k)));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scales[k], p));
+                }
+            }
+        }
+        for c in 0..C {
+            let y = xp.add(c * xs + 292 * i);
+            // The -32 offset: Σ_k scale_k · 32 · bsum_k.
+            let off = _mm256_madd_epi16(sc16, load(y.add(260)));
+            let s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
+            let yd = y.cast::<f32>().read_unaligned();
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]))
+}
+
+/// i16 lane `a` of `v` broadcast over the low 128 bits and lane `b` over the high 128 bits
+/// (`a` and `b` in the same half of `v`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bcast_i16_pair(v: __m256i, a: usize, b: usize) -> __m256i {
+    let sel = |i: usize| {
+        let lo = (2 * (i % 8)) as u8;
+        _mm_set1_epi16(i16::from_le_bytes([lo, lo + 1]))
+    };
+    let half = |i: usize| {
+        if i < 8 {
+            _mm256_permute2x128_si256::<0x00>(v, v)
+        } else {
+            _mm256_permute2x128_si256::<0x11>(v, v)
+        }
+    };
+    debug_assert_eq!(a / 8, b / 8, "both lanes from one 128-bit half");
+    _mm256_shuffle_epi8(half(a), _mm256_set_m128i(sel(b), sel(a)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_xs<const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let lut = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
+    let lut = _mm256_set_m128i(lut, lut);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * 136);
+        let d = f16_at(b);
+        let sh = b.add(2).cast::<u16>().read_unaligned() as i32;
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for ib in 0..8 {
+            let q = _mm256_shuffle_epi8(lut, nibbles_32(b.add(8 + 16 * ib)));
+            let low = (*b.add(4 + ib / 2) >> (4 * (ib % 2))) as i32 & 0xF;
+            let ls = (low | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+            let scale = _mm256_set1_epi16(ls as i16);
+            for c in 0..C {
+                let y = xp.add(c * xs + 292 * i + 4 + 32 * ib);
+                let p = _mm256_madd_epi16(scale, mul_i8_i16(q, load(y)));
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
+            }
+        }
+        for c in 0..C {
+            let yd = xp.add(c * xs + 292 * i).cast::<f32>().read_unaligned();
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]))
+}
+
+/// Build a [`DotKernels`] from a kernel generic over the number of activation rows.
+macro_rules! simd_kernels {
+    ($f:ident $(:: < $($g:ty),* >)?) => {{
+        unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            // SAFETY: forwarded contract of DotFn (ISA checked by the dispatcher).
+            unsafe { $f::<$($($g,)*)? 1>(n, w, x, 0)[0] }
+        }
+        unsafe fn dot4(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+            // SAFETY: forwarded contract of Dot4Fn.
+            unsafe { $f::<$($($g,)*)? TILE>(n, w, x, stride) }
+        }
+        DotKernels { dot, dot4 }
+    }};
+}
+
+pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => simd_kernels!(dot_float::<F32W>),
+        F16 => simd_kernels!(dot_float::<F16W>),
+        BF16 => simd_kernels!(dot_float::<Bf16W>),
+        Q4_0 => simd_kernels!(dot_legacy::<Q4_0W>),
+        Q5_0 => simd_kernels!(dot_legacy::<Q5_0W>),
+        Q8_0 => simd_kernels!(dot_legacy::<Q8_0W>),
+        IQ4NL => simd_kernels!(dot_legacy::<Iq4NlW>),
+        Q4_1 => simd_kernels!(dot_legacy_min::<Q4_1W>),
+        Q5_1 => simd_kernels!(dot_legacy_min::<Q5_1W>),
+        Q4K => simd_kernels!(dot_k4::<Q4KW>),
+        Q5K => simd_kernels!(dot_k4::<Q5KW>),
+        Q6K => simd_kernels!(dot_q6_k),
+        IQ4XS => simd_kernels!(dot_iq4_xs),
+        _ => return None,
+    })
+}

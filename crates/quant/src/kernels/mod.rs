@@ -1,0 +1,513 @@
+//! Quantized dot products and the matmul the forward pass runs on.
+//!
+//! Weights stay in their GGUF block format; each activation row is quantized once to the
+//! weight type's dot partner ([`vec_dot_type`]: Q8_K for K-quants, Q8_0/Q8_1 for the legacy
+//! formats) and every weight row is dotted against it. One table of kernels per instruction set
+//! ([`Isa`]) is chosen once at run time from the CPU's features; every SIMD kernel has a scalar
+//! twin in `scalar.rs` that follows ggml's `*_generic` math. Decode (m = 1) streams each weight
+//! byte once; prefill runs a 1-row × [`TILE`]-token kernel so each weight block is unpacked once
+//! per tile of tokens while the rows of a chunk stay in L1/L2.
+//!
+//! Raw block layouts the kernels read (byte offsets; f16/f32/i16 little-endian):
+//! - Q4_0 (18 B / 32): d f16 @0, qs[16] @2 (value j = low nibble of qs[j], j+16 = high nibble)
+//! - Q4_1 (20 B / 32): d f16 @0, m f16 @2, qs[16] @4
+//! - Q5_0 (22 B / 32): d f16 @0, qh u32 @2 (bit j = bit 4 of value j), qs[16] @6
+//! - Q5_1 (24 B / 32): d f16 @0, m f16 @2, qh u32 @4, qs[16] @8
+//! - Q8_0 (34 B / 32): d f16 @0, qs i8[32] @2
+//! - Q8_1 (36 B / 32): d f16 @0, s f16 @2 (= d · Σqs), qs i8[32] @4
+//! - IQ4_NL (18 B / 32): d f16 @0, qs[16] @2 (nibbles index the IQ4 codebook)
+//! - Q2_K (84 B / 256): scales[16] @0 (low nibble scale, high nibble min), qs[64] @16,
+//!   d f16 @80, dmin f16 @82
+//! - Q3_K (110 B / 256): hmask[32] @0, qs[64] @32, scales[12] @96 (16 × 6-bit), d f16 @108
+//! - Q4_K (144 B / 256): d f16 @0, dmin f16 @2, scales[12] @4 (8 × 6-bit scale + min), qs[128] @16
+//! - Q5_K (176 B / 256): d f16 @0, dmin f16 @2, scales[12] @4, qh[32] @16, qs[128] @48
+//! - Q6_K (210 B / 256): ql[128] @0, qh[64] @128, scales i8[16] @192, d f16 @208
+//! - IQ4_XS (136 B / 256): d f16 @0, scales_h u16 @2, scales_l[4] @4, qs[128] @8
+//! - Q8_K (292 B / 256): d f32 @0, qs i8[256] @4, bsums i16[16] @260 (Σ of each 16 qs)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::threads::ThreadPool;
+use crate::GgmlType;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod scalar;
+
+/// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
+pub const TILE: usize = 4;
+
+/// An instruction-set path. Each has its own kernel table; a path without its own kernel for a
+/// type uses the next older one (AVX-512 → AVX2 → scalar, NEON → scalar).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+    Neon,
+}
+
+impl Isa {
+    /// Every path, oldest first.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Whether this CPU can run the path (AVX2 needs AVX2+FMA+F16C; AVX-512 needs F/BW/VL/VNNI
+    /// on top; NEON needs aarch64).
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The paths this CPU can run, oldest first.
+    pub fn all_available() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.available()).collect()
+    }
+
+    /// The best path this CPU can run.
+    pub fn best() -> Isa {
+        [Isa::Avx512, Isa::Avx2, Isa::Neon]
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Scalar)
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kernel path for this process: chosen once, from the CPU's features, or forced with
+/// `SNUG_KERNELS=scalar|avx2|avx512|neon` (a forced path this CPU cannot run is ignored and the
+/// best available one is used instead).
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        let forced = std::env::var("SNUG_KERNELS").ok().and_then(|v| {
+            Isa::ALL
+                .into_iter()
+                .find(|i| i.name().eq_ignore_ascii_case(v.trim()))
+        });
+        match forced {
+            Some(i) if i.available() => i,
+            _ => Isa::best(),
+        }
+    })
+}
+
+/// The format an activation row is quantized to before it is dotted with weights of type `w`.
+pub fn vec_dot_type(w: GgmlType) -> GgmlType {
+    use GgmlType::*;
+    match w {
+        Q2K | Q3K | Q4K | Q5K | Q6K | IQ4XS => Q8K,
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        _ => F32,
+    }
+}
+
+/// Whether [`matmul`] accepts weights of type `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    scalar::dot_kernels(ty).is_some()
+}
+
+/// Why a kernel call was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// No dot-product kernel for this weight type.
+    Unsupported(GgmlType),
+    /// The requested instruction-set path cannot run on this CPU.
+    IsaUnavailable(Isa),
+    /// The row length is not a whole number of the weight's (or its activation's) blocks.
+    PartialBlock {
+        ty: GgmlType,
+        cols: usize,
+        block: usize,
+    },
+    /// A buffer has the wrong length for the shapes given.
+    Len {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelError::Unsupported(ty) => write!(
+                f,
+                "no matmul kernel for weight type {ty} (supported: f32 f16 bf16 q4_0 q4_1 q5_0 \
+                 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K iq4_nl iq4_xs)"
+            ),
+            KernelError::IsaUnavailable(i) => {
+                write!(
+                    f,
+                    "this CPU cannot run the {i} kernels (available: {:?})",
+                    Isa::all_available()
+                )
+            }
+            KernelError::PartialBlock { ty, cols, block } => write!(
+                f,
+                "rows of {cols} values are not a whole number of {block}-value {ty} blocks"
+            ),
+            KernelError::Len {
+                what,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "{what} has {got} elements but the shapes need {expected}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// A row-major weight matrix: `rows` rows of `cols` values, each row `ty.row_bytes(cols)` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// `dot(n, w, x)`: one weight row of `n` values · one activation row in the partner format.
+///
+/// # Safety
+/// The CPU supports the kernel's ISA; `n` is a whole number of blocks of both formats; `w` and
+/// `x` hold at least a full row each.
+pub(crate) type DotFn = unsafe fn(n: usize, w: &[u8], x: &[u8]) -> f32;
+
+/// `dot4(n, w, x, stride)`: one weight row · the [`TILE`] activation rows starting at
+/// `x[c * stride]`.
+///
+/// # Safety
+/// As [`DotFn`], and `x` holds `3 * stride` bytes plus a full row.
+pub(crate) type Dot4Fn = unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE];
+
+/// Quantize a row of f32 activations into the partner format.
+///
+/// # Safety
+/// The CPU supports the kernel's ISA; `x.len()` is a whole number of blocks and `dst` holds the
+/// quantized row.
+pub(crate) type QuantizeFn = unsafe fn(x: &[f32], dst: &mut [u8]);
+
+/// The two shapes of dot kernel for one weight type on one ISA.
+#[derive(Clone, Copy)]
+pub(crate) struct DotKernels {
+    pub dot: DotFn,
+    pub dot4: Dot4Fn,
+}
+
+/// Dot kernels for `ty` on `isa`, falling back to the next older path for types a path lacks.
+fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
+    let own = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::dot_kernels(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::dot_kernels(ty).or_else(|| avx2::dot_kernels(ty)),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => neon::dot_kernels(ty),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    own.or_else(|| scalar::dot_kernels(ty))
+}
+
+/// Activation quantizer into `vdt` on `isa` (`None` for F32, which needs no quantization).
+fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
+    let own = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => avx2::quantizer(vdt),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => neon::quantizer(vdt),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    own.or_else(|| scalar::quantizer(vdt))
+}
+
+fn check_isa(isa: Isa) -> Result<(), KernelError> {
+    if isa.available() {
+        Ok(())
+    } else {
+        Err(KernelError::IsaUnavailable(isa))
+    }
+}
+
+/// Bytes of one activation row of `cols` values in `vdt`, checking block alignment.
+fn act_row_bytes(vdt: GgmlType, cols: usize) -> Result<usize, KernelError> {
+    vdt.row_bytes(cols).ok_or(KernelError::PartialBlock {
+        ty: vdt,
+        cols,
+        block: vdt.block_size(),
+    })
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(KernelError::Len {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// Quantize one activation row `x` into the partner format `vdt` on path `isa` (exposed so tests
+/// can compare paths; `matmul` does this itself). `dst` must be exactly the quantized row.
+pub fn quantize_activation_with(
+    isa: Isa,
+    vdt: GgmlType,
+    x: &[f32],
+    dst: &mut [u8],
+) -> Result<(), KernelError> {
+    check_isa(isa)?;
+    let q = quantizer(isa, vdt).ok_or(KernelError::Unsupported(vdt))?;
+    check_len(
+        "quantized activation row",
+        act_row_bytes(vdt, x.len())?,
+        dst.len(),
+    )?;
+    // SAFETY: the ISA is available, `x` is whole blocks (checked by act_row_bytes) and `dst` is
+    // exactly one quantized row.
+    unsafe { q(x, dst) };
+    Ok(())
+}
+
+/// Kernels for `ty` on `isa` after checking the path runs here and `w` is one row of `n`.
+fn row_kernels(isa: Isa, ty: GgmlType, n: usize, w: &[u8]) -> Result<DotKernels, KernelError> {
+    check_isa(isa)?;
+    let k = dot_kernels(isa, ty).ok_or(KernelError::Unsupported(ty))?;
+    check_len("weight row", row_bytes(ty, n)?, w.len())?;
+    Ok(k)
+}
+
+/// One weight row `w` (`n` values of `ty`) · one activation row `x` already in
+/// `vec_dot_type(ty)` (F32 partners are f32 little-endian bytes), on path `isa`.
+pub fn vec_dot_with(
+    isa: Isa,
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+) -> Result<f32, KernelError> {
+    let k = row_kernels(isa, ty, n, w)?;
+    check_len(
+        "activation row",
+        act_row_bytes(vec_dot_type(ty), n)?,
+        x.len(),
+    )?;
+    // SAFETY: ISA available, both rows complete and `n` whole blocks of both formats.
+    Ok(unsafe { (k.dot)(n, w, x) })
+}
+
+/// As [`vec_dot_with`] for [`TILE`] activation rows laid end to end in `x`.
+pub fn vec_dot_tile_with(
+    isa: Isa,
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+) -> Result<[f32; TILE], KernelError> {
+    let k = row_kernels(isa, ty, n, w)?;
+    let stride = act_row_bytes(vec_dot_type(ty), n)?;
+    check_len("activation tile", TILE * stride, x.len())?;
+    // SAFETY: ISA available; `x` holds TILE full rows at `stride`.
+    Ok(unsafe { (k.dot4)(n, w, x, stride) })
+}
+
+fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
+    ty.row_bytes(n).ok_or(KernelError::PartialBlock {
+        ty,
+        cols: n,
+        block: ty.block_size(),
+    })
+}
+
+/// `y[t*rows + r] = Σ_k W[r,k] · x[t*cols + k]` for `t in 0..m`, on this process's kernel path.
+/// `x` is `[m][cols]` f32, `y` is `[m][rows]` f32; both must be exactly that long. Activations are
+/// quantized once into `scratch` (grown only when too small) and rows are split across `pool`.
+pub fn matmul(
+    pool: &ThreadPool,
+    w: MatRef,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), KernelError> {
+    matmul_with(isa(), pool, w, x, m, y, scratch)
+}
+
+/// A pointer the worker threads share; each writes only the part it claimed.
+#[derive(Clone, Copy)]
+struct SharedMut<T>(*mut T);
+// SAFETY: used only to hand disjoint parts of one buffer to the pool's threads (see each use).
+unsafe impl<T> Sync for SharedMut<T> {}
+unsafe impl<T> Send for SharedMut<T> {}
+
+/// [`matmul`] on an explicit kernel path (for tests and benchmarks).
+pub fn matmul_with(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: MatRef,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), KernelError> {
+    check_isa(isa)?;
+    let MatRef {
+        ty,
+        data,
+        rows,
+        cols,
+    } = w;
+    let k = dot_kernels(isa, ty).ok_or(KernelError::Unsupported(ty))?;
+    let w_row = row_bytes(ty, cols)?;
+    let vdt = vec_dot_type(ty);
+    let x_row = act_row_bytes(vdt, cols)?;
+    check_len(
+        "weight data (bytes)",
+        rows.saturating_mul(w_row),
+        data.len(),
+    )?;
+    check_len("x", m.saturating_mul(cols), x.len())?;
+    check_len("y", m.saturating_mul(rows), y.len())?;
+    if m == 0 || rows == 0 {
+        return Ok(());
+    }
+    let nth = pool.n_threads();
+
+    // Activations in the partner format: f32 weights read x directly.
+    let acts: &[u8] = match quantizer(isa, vdt) {
+        None => f32_bytes(x),
+        Some(q) => {
+            let need = m * x_row;
+            if scratch.len() < need {
+                scratch.resize(need, 0);
+            }
+            let dst = &mut scratch[..need];
+            if m < 2 * nth || cols * m < 1 << 15 {
+                for (xr, dr) in x.chunks_exact(cols).zip(dst.chunks_exact_mut(x_row)) {
+                    // SAFETY: ISA checked; xr is `cols` values (whole blocks), dr one row.
+                    unsafe { q(xr, dr) };
+                }
+            } else {
+                let base = SharedMut(dst.as_mut_ptr());
+                pool.run(|ith, nth| {
+                    let base = base;
+                    for t in (ith..m).step_by(nth) {
+                        // SAFETY: thread `ith` writes only rows t ≡ ith (mod nth) of `dst`,
+                        // which outlives the run; rows are disjoint.
+                        let dr =
+                            unsafe { std::slice::from_raw_parts_mut(base.0.add(t * x_row), x_row) };
+                        // SAFETY: as above; ISA checked, whole blocks.
+                        unsafe { q(&x[t * cols..(t + 1) * cols], dr) };
+                    }
+                });
+            }
+            &scratch[..need]
+        }
+    };
+
+    // Row chunks, claimed dynamically so a descheduled thread does not hold up the others.
+    let chunk_rows = if m < TILE {
+        (rows / (nth * 8)).clamp(8, 256)
+    } else {
+        16
+    };
+    let n_chunks = rows.div_ceil(chunk_rows);
+    let next = AtomicUsize::new(0);
+    let out = SharedMut(y.as_mut_ptr());
+    let work = |_ith: usize, _nth: usize| {
+        let out = out;
+        loop {
+            let chunk = next.fetch_add(1, Ordering::Relaxed);
+            if chunk >= n_chunks {
+                break;
+            }
+            let r0 = chunk * chunk_rows;
+            let r1 = (r0 + chunk_rows).min(rows);
+            let mut t = 0;
+            while t + TILE <= m {
+                let xt = &acts[t * x_row..(t + TILE) * x_row];
+                for r in r0..r1 {
+                    let wr = &data[r * w_row..(r + 1) * w_row];
+                    // SAFETY: ISA checked; wr one full row, xt TILE rows at stride x_row.
+                    let v = unsafe { (k.dot4)(cols, wr, xt, x_row) };
+                    for (c, v) in v.into_iter().enumerate() {
+                        // SAFETY: rows r0..r1 belong to this chunk alone; index < m*rows.
+                        unsafe { *out.0.add((t + c) * rows + r) = v };
+                    }
+                }
+                t += TILE;
+            }
+            for t in t..m {
+                let xt = &acts[t * x_row..(t + 1) * x_row];
+                for r in r0..r1 {
+                    let wr = &data[r * w_row..(r + 1) * w_row];
+                    // SAFETY: ISA checked; full rows.
+                    let v = unsafe { (k.dot)(cols, wr, xt) };
+                    // SAFETY: rows r0..r1 belong to this chunk alone; index < m*rows.
+                    unsafe { *out.0.add(t * rows + r) = v };
+                }
+            }
+        }
+    };
+    if n_chunks == 1 || nth == 1 {
+        work(0, 1);
+    } else {
+        pool.run(work);
+    }
+    Ok(())
+}
+
+/// The bytes of an f32 slice (little-endian on every target snug supports).
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; same allocation and size.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}

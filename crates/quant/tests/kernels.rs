@@ -1,0 +1,337 @@
+//! Every SIMD kernel against its scalar twin (random blocks, odd lengths), every path's matmul
+//! against plain f32 math on dequantized weights, and typed errors on bad shapes.
+
+use quant::kernels::{
+    matmul_with, quantize_activation_with, vec_dot_tile_with, vec_dot_type, vec_dot_with, Isa,
+    KernelError, MatRef, TILE,
+};
+use quant::threads::ThreadPool;
+use quant::{dequantize_row, GgmlType};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::IQ4NL,
+    GgmlType::IQ4XS,
+];
+
+/// Byte offsets of the f16 scale fields in one block of `ty` (random bytes there could be
+/// NaN/Inf; everything else in a block is valid for any bit pattern).
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL | IQ4XS => &[0],
+        Q4_1 | Q5_1 | Q4K | Q5K => &[0, 2],
+        Q2K => &[80, 82],
+        Q3K => &[108],
+        Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random row of `n` values of `ty`: random quant bits, small finite scales.
+fn random_row(rng: &mut StdRng, ty: GgmlType, n: usize) -> Vec<u8> {
+    let bytes = ty.row_bytes(n).unwrap();
+    match ty {
+        GgmlType::F32 => (0..n)
+            .flat_map(|_| rng.gen_range(-1f32..1.0).to_le_bytes())
+            .collect(),
+        GgmlType::F16 => (0..n)
+            .flat_map(|_| half::f16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
+            .collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
+            .collect(),
+        _ => {
+            let mut v: Vec<u8> = (0..bytes).map(|_| rng.gen()).collect();
+            for block in v.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    let d = half::f16::from_f32(rng.gen_range(-0.05f32..0.05));
+                    block[off..off + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+            v
+        }
+    }
+}
+
+fn random_f32(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-2f32..2.0)).collect()
+}
+
+/// Activation row in the partner format of `ty`, made by the scalar quantizer.
+fn act_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let vdt = vec_dot_type(ty);
+    if vdt == GgmlType::F32 {
+        return x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    }
+    let mut q = vec![0u8; vdt.row_bytes(x.len()).unwrap()];
+    quantize_activation_with(Isa::Scalar, vdt, x, &mut q).unwrap();
+    q
+}
+
+fn simd_paths() -> Vec<Isa> {
+    Isa::all_available()
+        .into_iter()
+        .filter(|i| *i != Isa::Scalar)
+        .collect()
+}
+
+fn close(a: f32, b: f32, scale: f32, tol: f32) -> bool {
+    (a - b).abs() <= tol * scale.max(1e-3)
+}
+
+#[test]
+fn every_simd_dot_matches_its_scalar_twin_on_odd_lengths() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for isa in simd_paths() {
+        for ty in TYPES {
+            let block = ty.block_size().max(vec_dot_type(ty).block_size());
+            for blocks in [1usize, 3, 7] {
+                let n = if block == 1 {
+                    blocks * 16 + 5
+                } else {
+                    blocks * block
+                };
+                for _ in 0..4 {
+                    let w = random_row(&mut rng, ty, n);
+                    let x = random_f32(&mut rng, n);
+                    let xq = act_row(ty, &x);
+                    let want = vec_dot_with(Isa::Scalar, ty, n, &w, &xq).unwrap();
+                    let got = vec_dot_with(isa, ty, n, &w, &xq).unwrap();
+                    // Integer sums are exact; only the f32 accumulation order differs.
+                    let scale = magnitude(ty, n, &w, &x);
+                    assert!(
+                        close(got, want, scale, 1e-5),
+                        "{isa} {ty} n={n}: {got} vs scalar {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Σ|w_k x_k| from the dequantized row: the scale rounding errors are relative to.
+fn magnitude(ty: GgmlType, n: usize, w: &[u8], x: &[f32]) -> f32 {
+    let mut wf = vec![0f32; n];
+    dequantize_row(ty, w, &mut wf).unwrap();
+    wf.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
+}
+
+#[test]
+fn every_tile_kernel_matches_single_row_dots() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for isa in Isa::all_available() {
+        for ty in TYPES {
+            let n = 3 * ty.block_size().max(vec_dot_type(ty).block_size()).max(16)
+                + if ty.block_size() == 1 { 3 } else { 0 };
+            let w = random_row(&mut rng, ty, n);
+            let xs: Vec<Vec<u8>> = (0..TILE)
+                .map(|_| act_row(ty, &random_f32(&mut rng, n)))
+                .collect();
+            let tile = vec_dot_tile_with(isa, ty, n, &w, &xs.concat()).unwrap();
+            for (c, x) in xs.iter().enumerate() {
+                let one = vec_dot_with(isa, ty, n, &w, x).unwrap();
+                assert!(
+                    close(tile[c], one, one.abs(), 1e-5),
+                    "{isa} {ty} token {c}: {} vs {one}",
+                    tile[c]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_activation_quantizers_are_bit_identical_to_scalar() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for isa in simd_paths() {
+        for vdt in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8K] {
+            for blocks in [1usize, 2, 5] {
+                let n = blocks * vdt.block_size();
+                let mut x = random_f32(&mut rng, n);
+                x[..vdt.block_size()].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+                let bytes = vdt.row_bytes(n).unwrap();
+                let (mut a, mut b) = (vec![0u8; bytes], vec![0u8; bytes]);
+                quantize_activation_with(Isa::Scalar, vdt, &x, &mut a).unwrap();
+                quantize_activation_with(isa, vdt, &x, &mut b).unwrap();
+                assert_eq!(a, b, "{isa} {vdt} n={n}");
+            }
+        }
+    }
+}
+
+/// Relative L2 error of each path's matmul against f32 math on the dequantized weights: the
+/// budget covers the once-quantized activations (8-bit: ~0.5% per value, averaging out).
+fn budget(ty: GgmlType) -> f32 {
+    match vec_dot_type(ty) {
+        GgmlType::F32 => 1e-5,
+        _ => 1.5e-2,
+    }
+}
+
+fn reference(ty: GgmlType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let mut wf = vec![0f32; rows * cols];
+    dequantize_row(ty, w, &mut wf).unwrap();
+    let mut y = vec![0f32; m * rows];
+    for t in 0..m {
+        for r in 0..rows {
+            y[t * rows + r] = (0..cols)
+                .map(|k| wf[r * cols + k] as f64 * x[t * cols + k] as f64)
+                .sum::<f64>() as f32;
+        }
+    }
+    y
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt() as f32
+}
+
+#[test]
+fn matmul_on_every_path_matches_f32_math_on_dequantized_weights() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let pools = [ThreadPool::new(1), ThreadPool::new(2), ThreadPool::new(3)];
+    let mut scratch = Vec::new();
+    for isa in Isa::all_available() {
+        for ty in TYPES {
+            let cols = 2 * ty.block_size().max(vec_dot_type(ty).block_size()).max(32);
+            for (i, (rows, m)) in [(37usize, 1usize), (19, 3), (8, 4), (21, 7), (13, 33)]
+                .into_iter()
+                .enumerate()
+            {
+                let w = random_row(&mut rng, ty, rows * cols);
+                let x = random_f32(&mut rng, m * cols);
+                let want = reference(ty, &w, rows, cols, &x, m);
+                let mut y = vec![f32::NAN; m * rows];
+                let mat = MatRef {
+                    ty,
+                    data: &w,
+                    rows,
+                    cols,
+                };
+                matmul_with(isa, &pools[i % 3], mat, &x, m, &mut y, &mut scratch).unwrap();
+                let e = rel_err(&y, &want);
+                assert!(e < budget(ty), "{isa} {ty} rows={rows} m={m}: rel err {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_paths_agree_with_each_other_on_real_layer_widths() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    for ty in [
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+    ] {
+        let (rows, cols, m) = (67, 1536, 9);
+        let w = random_row(&mut rng, ty, rows * cols);
+        let x = random_f32(&mut rng, m * cols);
+        let mat = MatRef {
+            ty,
+            data: &w,
+            rows,
+            cols,
+        };
+        let mut want = vec![0f32; m * rows];
+        matmul_with(Isa::Scalar, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
+        for isa in simd_paths() {
+            let mut y = vec![0f32; m * rows];
+            matmul_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
+            assert!(rel_err(&y, &want) < 1e-5, "{isa} {ty}");
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_typed_errors_not_panics() {
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let w = vec![0u8; 144 * 4];
+    let x = vec![0f32; 512];
+    let mut y = vec![0f32; 2];
+    let ok = MatRef {
+        ty: GgmlType::Q4K,
+        data: &w,
+        rows: 2,
+        cols: 512,
+    };
+    assert!(matches!(
+        quant::kernels::matmul(&pool, ok, &x, 1, &mut y, &mut scratch),
+        Ok(())
+    ));
+    let short = MatRef {
+        data: &w[..100],
+        ..ok
+    };
+    assert!(matches!(
+        quant::kernels::matmul(&pool, short, &x, 1, &mut y, &mut scratch),
+        Err(KernelError::Len { .. })
+    ));
+    assert!(matches!(
+        quant::kernels::matmul(&pool, ok, &x[..300], 1, &mut y, &mut scratch),
+        Err(KernelError::Len { .. })
+    ));
+    assert!(matches!(
+        quant::kernels::matmul(&pool, ok, &x, 1, &mut y[..1], &mut scratch),
+        Err(KernelError::Len { .. })
+    ));
+    let partial = MatRef {
+        ty: GgmlType::Q4K,
+        data: &w,
+        rows: 1,
+        cols: 100,
+    };
+    assert!(matches!(
+        quant::kernels::matmul(&pool, partial, &x[..100], 1, &mut y[..1], &mut scratch),
+        Err(KernelError::PartialBlock { .. })
+    ));
+    let iq2 = MatRef {
+        ty: GgmlType::IQ2XXS,
+        data: &w,
+        rows: 1,
+        cols: 256,
+    };
+    assert!(matches!(
+        quant::kernels::matmul(&pool, iq2, &x[..256], 1, &mut y[..1], &mut scratch),
+        Err(KernelError::Unsupported(GgmlType::IQ2XXS))
+    ));
+    assert!(matches!(
+        vec_dot_with(Isa::Scalar, GgmlType::Q8_0, 32, &w[..33], &w[..34]),
+        Err(KernelError::Len { .. })
+    ));
+}
+
+#[test]
+fn unavailable_paths_are_refused() {
+    for isa in Isa::ALL {
+        let r = vec_dot_with(isa, GgmlType::F32, 1, &[0; 4], &[0; 4]);
+        assert_eq!(r.is_ok(), isa.available(), "{isa}");
+    }
+    assert!(quant::kernels::isa().available());
+}
