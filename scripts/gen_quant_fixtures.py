@@ -7,10 +7,15 @@ Writes into crates/quant/tests/fixtures/:
   quantize/<type>.in.f32  seeded f32 rows (normal values plus edge-case blocks)
   quantize/<type>.out.bin what `gguf.quants.quantize` makes of them (types gguf-py can quantize)
   manifest.json           provenance (gguf + numpy versions, date, seed) and one entry per file pair
+  ggml/<type>.in.f32, ggml/<type>.out.bin, manifest_ggml.json
+                          (--ggml-lib) llama.cpp's own `quantize_row_<type>_ref`, called through
+                          ctypes from a libggml-base.so, for every type snug quantizes
   models.json             (--models) per tensor of the real test models: sha256 of gguf-py's
                           dequantized f32 bytes plus sampled values
 
-Usage: python3 scripts/gen_quant_fixtures.py [--models]   (needs `pip install gguf numpy`)
+Usage: python3 scripts/gen_quant_fixtures.py [--models] [--ggml-lib PATH/libggml-base.so]
+(needs `pip install gguf numpy`; libggml-base.so comes from any llama.cpp build, e.g. the one
+`pip install llama-cpp-python` compiles)
 """
 
 from __future__ import annotations
@@ -166,6 +171,50 @@ def gen_quantize(rng: np.random.Generator) -> list[dict]:
     return entries
 
 
+GGML_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K,
+              T.Q6_K, T.Q8_K, T.IQ4_NL, T.IQ4_XS]
+
+
+def gen_ggml(rng: np.random.Generator, lib_path: Path) -> dict:
+    """Quantize seeded rows with llama.cpp's reference quantizers (`quantize_row_*_ref`, the
+    path llama-quantize takes without an importance matrix). IQ4_NL is the exception: its
+    `_ref` skips the scale search, so it is taken from `quantize_iq4_nl` (imatrix NULL), which is
+    what llama-quantize writes."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(lib_path))
+    entries = []
+    for qtype in GGML_TYPES:
+        block_size, type_size = quant_size(qtype)
+        x = quantize_input(rng, 8, 256)
+        x[1] *= 1e-4  # a row of small weights, as in late layers
+        x[2] *= 30.0  # and one of large ones
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.zeros(x.size // block_size * type_size, dtype=np.uint8)
+        name = qtype.name.lower()
+        if qtype == T.IQ4_NL:
+            source = "quantize_iq4_nl"
+            fn = lib.quantize_iq4_nl
+            fn.restype = ctypes.c_size_t
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            fn(x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1], None)
+        else:
+            source = f"quantize_row_{name.replace('_k', '_K')}_ref"
+            fn = getattr(lib, source)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+            fn(x.ctypes.data, out.ctypes.data, x.size)
+        if qtype == T.Q8_K:
+            # ggml leaves bsums unwritten for an all-zero block; none of these rows has one.
+            assert all(np.any(b != 0) for b in x.reshape(-1, 256)), "all-zero Q8_K block"
+        files = write_pair("ggml", name, x.astype("<f4"), out, (".in.f32", ".out.bin"))
+        entries.append({"type": qtype.name, "id": int(qtype), "n_values": int(x.size),
+                        "source": source, "files": files})
+        print(f"ggml     {qtype.name:8} {x.size:5} values")
+    return {"lib": lib_path.name, "lib_sha256": hashlib.sha256(lib_path.read_bytes()).hexdigest(),
+            "quantize": entries}
+
+
 def model_path(alias: str) -> Path:
     home = Path(os.environ.get("SNUG_HOME", Path.home() / ".cache" / "snug"))
     return home / "models" / f"{alias}.gguf"
@@ -216,6 +265,8 @@ def gen_models() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", action="store_true", help="also digest every tensor of the real test models")
+    ap.add_argument("--ggml-lib", type=Path, help="libggml-base.so to take reference quantizers from")
+    ap.add_argument("--ggml-version", default="", help="what that library is, for the provenance record")
     args = ap.parse_args()
 
     rng = np.random.default_rng(SEED)
@@ -229,10 +280,28 @@ def main() -> None:
     }
     manifest = {"provenance": provenance, "blocks": gen_blocks(rng), "quantize": gen_quantize(rng)}
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if args.ggml_lib:
+        ggml = gen_ggml(np.random.default_rng(SEED + 1), args.ggml_lib)
+        ggml = {"provenance": {**provenance, "ggml": args.ggml_version, **{k: ggml[k] for k in ("lib", "lib_sha256")}},
+                "quantize": ggml["quantize"]}
+        (OUT / "manifest_ggml.json").write_text(json.dumps(ggml, indent=1) + "\n")
     if args.models:
         models = {"provenance": provenance, "digest": "sha256 of dequantized little-endian f32",
                   "models": gen_models()}
-        (OUT / "models.json").write_text(json.dumps(models, indent=1) + "\n")
+        (OUT / "models.json").write_text(dump_models(models))
+
+
+def dump_models(models: dict) -> str:
+    """JSON with one tensor per line (diffs stay readable, the file stays small)."""
+    head = {k: v for k, v in models.items() if k != "models"}
+    lines = ["{", *[f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()], ' "models": {']
+    for i, (alias, m) in enumerate(models["models"].items()):
+        lines.append(f"  {json.dumps(alias)}: {{\"file_bytes\": {m['file_bytes']}, \"tensors\": [")
+        lines += [f"   {json.dumps(t, separators=(',', ':'))}," for t in m["tensors"]]
+        lines[-1] = lines[-1].rstrip(",")
+        lines.append("  ]}" + ("," if i + 1 < len(models["models"]) else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def _pkg_version(name: str) -> str:

@@ -197,6 +197,33 @@ impl_block! {
     BlockQ5K => Q5K, BlockQ6K => Q6K, BlockQ8K => Q8K, BlockIQ4NL => IQ4NL, BlockIQ4XS => IQ4XS,
 }
 
+/// `with_block!(ty, f(args..), otherwise)`: call `f::<B>(args..)` with `B` the block struct of
+/// `ty`, or evaluate `otherwise` for types that have none here (floats, integers, the grid IQ
+/// formats, ternary, MXFP4). The one table from ggml type to block struct.
+macro_rules! with_block {
+    ($ty:expr, $f:ident($($arg:expr),*), $otherwise:expr) => {{
+        use $crate::blocks::*;
+        match $ty {
+            GgmlType::Q4_0 => $f::<BlockQ4_0>($($arg),*),
+            GgmlType::Q4_1 => $f::<BlockQ4_1>($($arg),*),
+            GgmlType::Q5_0 => $f::<BlockQ5_0>($($arg),*),
+            GgmlType::Q5_1 => $f::<BlockQ5_1>($($arg),*),
+            GgmlType::Q8_0 => $f::<BlockQ8_0>($($arg),*),
+            GgmlType::Q8_1 => $f::<BlockQ8_1>($($arg),*),
+            GgmlType::Q2K => $f::<BlockQ2K>($($arg),*),
+            GgmlType::Q3K => $f::<BlockQ3K>($($arg),*),
+            GgmlType::Q4K => $f::<BlockQ4K>($($arg),*),
+            GgmlType::Q5K => $f::<BlockQ5K>($($arg),*),
+            GgmlType::Q6K => $f::<BlockQ6K>($($arg),*),
+            GgmlType::Q8K => $f::<BlockQ8K>($($arg),*),
+            GgmlType::IQ4NL => $f::<BlockIQ4NL>($($arg),*),
+            GgmlType::IQ4XS => $f::<BlockIQ4XS>($($arg),*),
+            _ => $otherwise,
+        }
+    }};
+}
+pub(crate) use with_block;
+
 // The byte sizes ggml's `static_assert`s pin, written out so a wrong type table fails here too.
 const _: () = assert!(size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(size_of::<BlockQ4_1>() == 20);

@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use crate::blocks::*;
+use crate::blocks::{with_block, *};
 use crate::{GgmlType, QuantError};
 
 /// Dequantize one row: `src` holds `dst.len()` values of type `ty` as stored in GGUF
@@ -35,22 +35,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
                 *y = bf16::from_le_bytes([b[0], b[1]]).to_f32();
             }
         }
-        Q4_0 => blocks::<BlockQ4_0>(src, dst),
-        Q4_1 => blocks::<BlockQ4_1>(src, dst),
-        Q5_0 => blocks::<BlockQ5_0>(src, dst),
-        Q5_1 => blocks::<BlockQ5_1>(src, dst),
-        Q8_0 => blocks::<BlockQ8_0>(src, dst),
-        Q8_1 => blocks::<BlockQ8_1>(src, dst),
-        Q2K => blocks::<BlockQ2K>(src, dst),
-        Q3K => blocks::<BlockQ3K>(src, dst),
-        Q4K => blocks::<BlockQ4K>(src, dst),
-        Q5K => blocks::<BlockQ5K>(src, dst),
-        Q6K => blocks::<BlockQ6K>(src, dst),
-        Q8K => blocks::<BlockQ8K>(src, dst),
-        IQ4NL => blocks::<BlockIQ4NL>(src, dst),
-        IQ4XS => blocks::<BlockIQ4XS>(src, dst),
-        IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S | I8 | I16 | I32 | I64 | F64 | IQ1M
-        | TQ1_0 | TQ2_0 | MXFP4 => return Err(QuantError::Unsupported(ty)),
+        _ => with_block!(
+            ty,
+            blocks(src, dst),
+            return Err(QuantError::Unsupported(ty))
+        ),
     }
     Ok(())
 }

@@ -4,10 +4,12 @@
 pub mod blocks;
 mod dequant;
 mod error;
+mod quantize;
 pub mod kernels;
 pub mod threads;
 mod types;
 
 pub use dequant::{can_dequantize, dequantize_row, Dequantize};
 pub use error::QuantError;
+pub use quantize::{can_quantize, quantize_row, Quantize};
 pub use types::GgmlType;
