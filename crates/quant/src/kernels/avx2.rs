@@ -235,21 +235,26 @@ unsafe fn dot_float<W: FloatW, const C: usize>(
     xs: usize,
 ) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let mut acc0 = [_mm256_setzero_ps(); C];
-    let mut acc1 = [_mm256_setzero_ps(); C];
+    // One row: 4 independent chains hide the FMA latency; a tile has C chains already.
+    let step = if C == 1 { 32 } else { 8 };
+    let mut acc = [[_mm256_setzero_ps(); 4]; C];
     let mut k = 0;
-    while k + 16 <= n {
-        let w0 = W::load8(wp.add(k * W::BYTES));
-        let w1 = W::load8(wp.add((k + 8) * W::BYTES));
-        for c in 0..C {
-            let xc = xp.add(c * xs).cast::<f32>();
-            acc0[c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc.add(k)), acc0[c]);
-            acc1[c] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc.add(k + 8)), acc1[c]);
+    while k + step <= n {
+        for u in 0..step / 8 {
+            let wv = W::load8(wp.add((k + 8 * u) * W::BYTES));
+            for c in 0..C {
+                let xv = _mm256_loadu_ps(xp.add(c * xs).cast::<f32>().add(k + 8 * u));
+                acc[c][u] = _mm256_fmadd_ps(wv, xv, acc[c][u]);
+            }
         }
-        k += 16;
+        k += step;
     }
     std::array::from_fn(|c| {
-        let mut s = hsum_ps(_mm256_add_ps(acc0[c], acc1[c]));
+        let a = &acc[c];
+        let mut s = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(a[0], a[1]),
+            _mm256_add_ps(a[2], a[3]),
+        ));
         for j in k..n {
             let xv = xp.add(c * xs + 4 * j).cast::<f32>().read_unaligned();
             s += W::one(&w[j * W::BYTES..]) * xv;
@@ -419,18 +424,16 @@ unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
     _mm256_cvtepu8_epi16(_mm_loadu_si128(u.as_ptr().cast()))
 }
 
-/// Σ_j bsums[j] · mins[j/2] for the Q8_K block at `y` as an i32 (mins = i16 lanes 8..16 of `sm`).
+/// The 8 mins (i16 lanes 8..16 of `sm`) spread to the 16 Q8_K bsum lanes: lane l = min l/2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k4_min_term(sm: __m256i, y: *const u8) -> i32 {
-    let bs = load(y.add(260));
-    let q8s = _mm_hadd_epi16(
-        _mm256_castsi256_si128(bs),
-        _mm256_extracti128_si256::<1>(bs),
+unsafe fn k4_mins16(sm: __m256i) -> __m256i {
+    let m = _mm256_permute2x128_si256::<0x11>(sm, sm);
+    let ctrl = _mm256_setr_epi8(
+        0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, //
+        8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15,
     );
-    let p = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), q8s);
-    let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
-    _mm_cvtsi128_si32(_mm_add_epi32(p, _mm_shuffle_epi32::<0b01>(p)))
+    _mm256_shuffle_epi8(m, ctrl)
 }
 
 /// A Q4_K or Q5_K block: the 8 unsigned 32-value groups (pairs per 64), read one 64 at a time.
@@ -484,9 +487,9 @@ impl K4Like for Q5KW {
 unsafe fn dot_k4<W: K4Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [0f32; C];
     for i in 0..n / 256 {
         let b = wp.add(i * W::BYTES);
+        let y0 = xp.add(292 * i);
         let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
         let sm = k4_scales_mins(b.add(4));
         let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
@@ -495,72 +498,141 @@ unsafe fn dot_k4<W: K4Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: us
             let (ql, qh) = W::pair(b, j);
             let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
             for c in 0..C {
-                let y = xp.add(c * xs + 292 * i + 4 + 64 * j);
+                let y = y0.add(c * xs + 4 + 64 * j);
                 let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load(y)));
                 let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load(y.add(32))));
                 sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
             }
         }
+        // Min term Σ_k bsums[k] · min[k/2], kept in 8 lanes until the end.
+        let mins16 = k4_mins16(sm);
         for c in 0..C {
-            let y = xp.add(c * xs + 292 * i);
+            let y = y0.add(c * xs);
             let yd = y.cast::<f32>().read_unaligned();
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] += dmin * yd * k4_min_term(sm, y) as f32;
+            let mn = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, load(y.add(260))));
+            let a = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), mn, a);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]) - accm[c])
+    std::array::from_fn(|c| hsum_ps(acc[c]))
+}
+
+/// A K-quant with one scale per 16 values laid out in two 128-value halves (Q2_K, Q3_K, Q6_K):
+/// unsigned values `u`, and a per-16 bias folded in with the Q8_K block sums, so that
+/// `dot = d·yd·Σ scale·u·q8 − bias_mul·yd·Σ_k bias_k·bsum_k`.
+trait K16Like {
+    const BYTES: usize;
+    /// (d, bias_mul, scales as 16 × i16, bias as 16 × i16) of the block at `b`.
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i);
+    /// Unsigned values 128h + 32k .. +32 of the block at `b`.
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i;
+}
+
+struct Q2KW;
+struct Q3KW;
+struct Q6KW;
+
+/// `(v >> 2k) & 3` per byte.
+#[inline(always)]
+unsafe fn crumb(v: __m256i, k: usize) -> __m256i {
+    let s = match k {
+        0 => v,
+        1 => _mm256_srli_epi16::<2>(v),
+        2 => _mm256_srli_epi16::<4>(v),
+        _ => _mm256_srli_epi16::<6>(v),
+    };
+    _mm256_and_si256(s, _mm256_set1_epi8(3))
+}
+
+impl K16Like for Q2KW {
+    const BYTES: usize = 84;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(b.cast()));
+        let sc = _mm256_and_si256(sm, _mm256_set1_epi16(0xF));
+        (
+            f16_at(b.add(80)),
+            f16_at(b.add(82)),
+            sc,
+            _mm256_srli_epi16::<4>(sm),
+        )
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        crumb(load(b.add(16 + 32 * h)), k)
+    }
+}
+
+impl K16Like for Q3KW {
+    const BYTES: usize = 110;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let s = super::scalar::scales_q3_k(std::slice::from_raw_parts(b.add(96), 12));
+        let s8: [i8; 16] = std::array::from_fn(|j| s[j] as i8);
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(s8.as_ptr().cast()));
+        let d = f16_at(b.add(108));
+        // Stored q = u - 4 with u = low 2 bits + 4·hmask bit.
+        (d, 4.0 * d, sc, sc)
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        let low = crumb(load(b.add(32 + 32 * h)), k);
+        let m = _mm256_set1_epi8(1 << (4 * h + k));
+        let hm = _mm256_cmpeq_epi8(_mm256_and_si256(load(b), m), m);
+        _mm256_or_si256(low, _mm256_and_si256(hm, _mm256_set1_epi8(4)))
+    }
+}
+
+impl K16Like for Q6KW {
+    const BYTES: usize = 210;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+        let d = f16_at(b.add(208));
+        // Stored q = u - 32 with u = 4 low bits + 2 high bits.
+        (d, 32.0 * d, sc, sc)
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        let ql = load(b.add(64 * h + 32 * (k % 2)));
+        let lo = if k < 2 {
+            ql
+        } else {
+            _mm256_srli_epi16::<4>(ql)
+        };
+        let lo = _mm256_and_si256(lo, _mm256_set1_epi8(0xF));
+        let hi = crumb(load(b.add(128 + 32 * h)), k);
+        _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi))
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q6_k<const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+unsafe fn dot_k16<W: K16Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let m4 = _mm256_set1_epi8(0xF);
-    let m2 = _mm256_set1_epi8(3);
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
-        let b = wp.add(i * 210);
-        let d = f16_at(b.add(208));
-        // 16 scales as i16, both halves of a 256-bit register hold scales 0..8 / 8..16.
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+        let b = wp.add(i * W::BYTES);
+        let y0 = xp.add(292 * i);
+        let (d, bias_mul, sc16, bias16) = W::header(b);
         let mut sumi = [_mm256_setzero_si256(); C];
         for h in 0..2 {
-            let ql0 = load(b.add(64 * h));
-            let ql1 = load(b.add(64 * h + 32));
-            let qh = load(b.add(128 + 32 * h));
-            let hi = |s: i32| {
-                let v = match s {
-                    0 => qh,
-                    2 => _mm256_srli_epi16::<2>(qh),
-                    4 => _mm256_srli_epi16::<4>(qh),
-                    _ => _mm256_srli_epi16::<6>(qh),
-                };
-                _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2))
-            };
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), hi(0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), hi(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hi(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hi(6)),
-            ];
-            // q[k] holds values 32k..32k+32 of this half: scale 8h+2k for its low 16 bytes,
-            // 8h+2k+1 for its high 16.
-            let scales: [__m256i; 4] =
-                std::array::from_fn(|k| bcast_i16_pair(sc16, 8 * h + 2 * k, 8 * h + 2 * k + 1));
-            for c in 0..C {
-                let y = xp.add(c * xs + 292 * i + 4 + 128 * h);
-                for k in 0..4 {
-                    let p = _mm256_maddubs_epi16(q[k], load(y.add(32 * k)));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scales[k], p));
+            for k in 0..4 {
+                let q = W::values(b, h, k);
+                // Values 128h + 32k + l: scale 8h + 2k for l < 16, 8h + 2k + 1 above.
+                let scale = bcast_i16_pair(sc16, 8 * h + 2 * k, 8 * h + 2 * k + 1);
+                for c in 0..C {
+                    let y = y0.add(c * xs + 4 + 128 * h + 32 * k);
+                    let p = _mm256_maddubs_epi16(q, load(y));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p));
                 }
             }
         }
         for c in 0..C {
-            let y = xp.add(c * xs + 292 * i);
-            // The -32 offset: Σ_k scale_k · 32 · bsum_k.
-            let off = _mm256_madd_epi16(sc16, load(y.add(260)));
-            let s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
+            let y = y0.add(c * xs);
             let yd = y.cast::<f32>().read_unaligned();
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(s), acc[c]);
+            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bias16, load(y.add(260))));
+            let a = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(bias_mul * yd), bias, a);
         }
     }
     std::array::from_fn(|c| hsum_ps(acc[c]))
@@ -623,11 +695,11 @@ macro_rules! simd_kernels {
             // SAFETY: forwarded contract of DotFn (ISA checked by the dispatcher).
             unsafe { $f::<$($($g,)*)? 1>(n, w, x, 0)[0] }
         }
-        unsafe fn dot4(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
-            // SAFETY: forwarded contract of Dot4Fn.
+        unsafe fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+            // SAFETY: forwarded contract of DotTileFn.
             unsafe { $f::<$($($g,)*)? TILE>(n, w, x, stride) }
         }
-        DotKernels { dot, dot4 }
+        DotKernels { dot, dot_tile }
     }};
 }
 
@@ -645,7 +717,9 @@ pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
         Q5_1 => simd_kernels!(dot_legacy_min::<Q5_1W>),
         Q4K => simd_kernels!(dot_k4::<Q4KW>),
         Q5K => simd_kernels!(dot_k4::<Q5KW>),
-        Q6K => simd_kernels!(dot_q6_k),
+        Q2K => simd_kernels!(dot_k16::<Q2KW>),
+        Q3K => simd_kernels!(dot_k16::<Q3KW>),
+        Q6K => simd_kernels!(dot_k16::<Q6KW>),
         IQ4XS => simd_kernels!(dot_iq4_xs),
         _ => return None,
     })

@@ -40,7 +40,7 @@ mod neon;
 mod scalar;
 
 /// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
-pub const TILE: usize = 4;
+pub const TILE: usize = 8;
 
 /// An instruction-set path. Each has its own kernel table; a path without its own kernel for a
 /// type uses the next older one (AVX-512 → AVX2 → scalar, NEON → scalar).
@@ -217,12 +217,12 @@ pub struct MatRef<'a> {
 /// `x` hold at least a full row each.
 pub(crate) type DotFn = unsafe fn(n: usize, w: &[u8], x: &[u8]) -> f32;
 
-/// `dot4(n, w, x, stride)`: one weight row · the [`TILE`] activation rows starting at
+/// `dot_tile(n, w, x, stride)`: one weight row · the [`TILE`] activation rows starting at
 /// `x[c * stride]`.
 ///
 /// # Safety
-/// As [`DotFn`], and `x` holds `3 * stride` bytes plus a full row.
-pub(crate) type Dot4Fn = unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE];
+/// As [`DotFn`], and `x` holds `(TILE - 1) * stride` bytes plus a full row.
+pub(crate) type DotTileFn = unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE];
 
 /// Quantize a row of f32 activations into the partner format.
 ///
@@ -235,7 +235,7 @@ pub(crate) type QuantizeFn = unsafe fn(x: &[f32], dst: &mut [u8]);
 #[derive(Clone, Copy)]
 pub(crate) struct DotKernels {
     pub dot: DotFn,
-    pub dot4: Dot4Fn,
+    pub dot_tile: DotTileFn,
 }
 
 /// Dot kernels for `ty` on `isa`, falling back to the next older path for types a path lacks.
@@ -357,7 +357,7 @@ pub fn vec_dot_tile_with(
     let stride = act_row_bytes(vec_dot_type(ty), n)?;
     check_len("activation tile", TILE * stride, x.len())?;
     // SAFETY: ISA available; `x` holds TILE full rows at `stride`.
-    Ok(unsafe { (k.dot4)(n, w, x, stride) })
+    Ok(unsafe { (k.dot_tile)(n, w, x, stride) })
 }
 
 fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
@@ -478,7 +478,7 @@ pub fn matmul_with(
                 for r in r0..r1 {
                     let wr = &data[r * w_row..(r + 1) * w_row];
                     // SAFETY: ISA checked; wr one full row, xt TILE rows at stride x_row.
-                    let v = unsafe { (k.dot4)(cols, wr, xt, x_row) };
+                    let v = unsafe { (k.dot_tile)(cols, wr, xt, x_row) };
                     for (c, v) in v.into_iter().enumerate() {
                         // SAFETY: rows r0..r1 belong to this chunk alone; index < m*rows.
                         unsafe { *out.0.add((t + c) * rows + r) = v };

@@ -66,11 +66,11 @@ macro_rules! neon_kernels {
             // SAFETY: forwarded contract of DotFn (NEON is always present on aarch64).
             unsafe { dot_q8_0_like::<1>($ty, n, w, x, 0)[0] }
         }
-        unsafe fn dot4(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
-            // SAFETY: forwarded contract of Dot4Fn.
+        unsafe fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+            // SAFETY: forwarded contract of DotTileFn.
             unsafe { dot_q8_0_like::<TILE>($ty, n, w, x, stride) }
         }
-        DotKernels { dot, dot4 }
+        DotKernels { dot, dot_tile }
     }};
 }
 

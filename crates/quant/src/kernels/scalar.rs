@@ -374,10 +374,13 @@ pub(crate) fn dot_iq4_xs(n: usize, w: &[u8], x: &[u8]) -> f32 {
 /// Wrap scalar `dot`s into a [`DotKernels`] (the tile kernel just loops over the tile).
 macro_rules! scalar_kernels {
     ($dot:ident) => {{
-        fn dot4(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+        fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
             std::array::from_fn(|c| $dot(n, w, &x[c * stride..]))
         }
-        DotKernels { dot: $dot, dot4 }
+        DotKernels {
+            dot: $dot,
+            dot_tile,
+        }
     }};
 }
 
