@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod pull;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
