@@ -2,7 +2,7 @@
 //! ggml's `dequantize_row_*` (same operation order, so results are bit-identical to ggml and
 //! gguf-py). Cost: one unaligned block copy plus a few flops per value; no allocation.
 
-use half::{bf16, f16};
+use half::{bf16, f16, slice::HalfFloatSliceExt};
 
 use crate::blocks::{with_block, *};
 use crate::{GgmlType, QuantError};
@@ -25,16 +25,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
                 *y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
-        F16 => {
-            for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *y = f16::from_le_bytes([b[0], b[1]]).to_f32();
-            }
-        }
-        BF16 => {
-            for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *y = bf16::from_le_bytes([b[0], b[1]]).to_f32();
-            }
-        }
+        F16 => halves::<f16>(src, dst),
+        BF16 => halves::<bf16>(src, dst),
         _ => with_block!(
             ty,
             blocks(src, dst),
@@ -52,6 +44,25 @@ pub const fn can_dequantize(ty: GgmlType) -> bool {
         | Q6K | Q8K | IQ4NL | IQ4XS => true,
         IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S | I8 | I16 | I32 | I64 | F64 | IQ1M
         | TQ1_0 | TQ2_0 | MXFP4 => false,
+    }
+}
+
+/// 16-bit floats → f32 through `half`'s slice conversion (F16C when the CPU has it, detected
+/// at run time); unaligned input goes through a small stack buffer.
+fn halves<H: bytemuck::Pod>(src: &[u8], dst: &mut [f32])
+where
+    [H]: HalfFloatSliceExt,
+{
+    match bytemuck::try_cast_slice::<u8, H>(src) {
+        Ok(h) => h.convert_to_f32_slice(dst),
+        Err(_) => {
+            let mut buf = [H::zeroed(); 256];
+            for (s, d) in src.chunks(512).zip(dst.chunks_mut(256)) {
+                let h = &mut buf[..d.len()];
+                bytemuck::cast_slice_mut::<H, u8>(h).copy_from_slice(s);
+                h.convert_to_f32_slice(d);
+            }
+        }
     }
 }
 
@@ -100,10 +111,12 @@ impl Dequantize for BlockQ4_1 {
 #[inline]
 fn q5_values(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
     let qh = u32::from_le_bytes(qh);
-    std::array::from_fn(|i| {
-        let low = if i < 16 { qs[i] & 0xF } else { qs[i - 16] >> 4 };
-        low | ((((qh >> i) & 1) as u8) << 4)
-    })
+    let mut v = [0u8; 32];
+    for (j, &q) in qs.iter().enumerate() {
+        v[j] = (q & 0xF) | (((qh >> j) << 4) as u8 & 0x10);
+        v[j + 16] = (q >> 4) | ((qh >> (j + 12)) as u8 & 0x10);
+    }
+    v
 }
 
 impl Dequantize for BlockQ5_0 {
@@ -153,13 +166,17 @@ impl Dequantize for BlockQ8K {
 impl Dequantize for BlockQ2K {
     fn dequantize(&self, y: &mut [f32]) {
         let (d, dmin) = (self.d.to_f32(), self.dmin.to_f32());
-        // Value v: 128-value half h = v / 128, shift 2 * ((v % 128) / 32), byte 32h + v % 32;
-        // sub-block of 16 = v / 16.
-        for (v, y) in y.iter_mut().enumerate() {
-            let sc = self.scales[v / 16];
-            let (dl, ml) = (d * f32::from(sc & 0xF), dmin * f32::from(sc >> 4));
-            let q = (self.qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
-            *y = dl * f32::from(q) - ml;
+        // Group g of 32 values: bytes qs[32 * (g / 4)..][..32] at bit shift 2 * (g % 4); its two
+        // halves of 16 are sub-blocks 2g and 2g + 1.
+        for (g, y) in y.chunks_exact_mut(32).enumerate() {
+            let (qs, shift) = (&self.qs[32 * (g / 4)..32 * (g / 4) + 32], 2 * (g % 4));
+            for (s, (y, qs)) in y.chunks_exact_mut(16).zip(qs.chunks_exact(16)).enumerate() {
+                let sc = self.scales[2 * g + s];
+                let (dl, ml) = (d * f32::from(sc & 0xF), dmin * f32::from(sc >> 4));
+                for (y, &q) in y.iter_mut().zip(qs) {
+                    *y = dl * f32::from((q >> shift) & 3) - ml;
+                }
+            }
         }
     }
 }
@@ -168,13 +185,19 @@ impl Dequantize for BlockQ3K {
     fn dequantize(&self, y: &mut [f32]) {
         let d = self.d.to_f32();
         let scales = scales_q3k(&self.scales);
-        // Low 2 bits packed as Q2_K; the high bit of value v is bit v / 32 of hmask[v % 32],
-        // and a clear high bit means "subtract 4".
-        for (v, y) in y.iter_mut().enumerate() {
-            let dl = d * f32::from(scales[v / 16]);
-            let low = ((self.qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3) as i8;
-            let high_clear = (self.hmask[v % 32] >> (v / 32)) & 1 == 0;
-            *y = dl * f32::from(low - if high_clear { 4 } else { 0 });
+        // Low 2 bits packed as Q2_K; the high bit of value 32g + l is bit g of hmask[l], and a
+        // clear high bit means "subtract 4".
+        for (g, y) in y.chunks_exact_mut(32).enumerate() {
+            let (qs, shift) = (&self.qs[32 * (g / 4)..32 * (g / 4) + 32], 2 * (g % 4));
+            for (s, y) in y.chunks_exact_mut(16).enumerate() {
+                let dl = d * f32::from(scales[2 * g + s]);
+                let (qs, hm) = (&qs[16 * s..16 * s + 16], &self.hmask[16 * s..16 * s + 16]);
+                for ((y, &q), &h) in y.iter_mut().zip(qs).zip(hm) {
+                    let low = ((q >> shift) & 3) as i8;
+                    let sub = (((h >> g) & 1) ^ 1) as i8 * 4;
+                    *y = dl * f32::from(low - sub);
+                }
+            }
         }
     }
 }
@@ -223,21 +246,26 @@ impl Dequantize for BlockQ5K {
 impl Dequantize for BlockQ6K {
     fn dequantize(&self, y: &mut [f32]) {
         let d = self.d.to_f32();
-        // Half n (128 values): ql[64n..64n+64], qh[32n..32n+32], scales[8n..8n+8]. Within a
-        // half, value 32k + l takes its low nibble from ql[l + 32 * (k % 2)] (k < 2: low nibble,
-        // else high) and its top 2 bits from qh[l] >> 2k.
+        // Half n (128 values): ql[64n..][..64], qh[32n..][..32], scales[8n..][..8]. Within a half,
+        // value 32k + l takes its low nibble from ql[32 * (k % 2) + l] (k < 2: low nibble, else
+        // high), its top 2 bits from qh[l] >> 2k, and scale 2k + l / 16. ggml's d * sc * q is
+        // (d * sc) * q, so the product per 16 values is hoisted without changing any bit.
         for (n, y) in y.chunks_exact_mut(128).enumerate() {
-            let (ql, qh, sc) = (
-                &self.ql[64 * n..],
-                &self.qh[32 * n..],
-                &self.scales[8 * n..],
+            let (qh, sc) = (
+                &self.qh[32 * n..32 * n + 32],
+                &self.scales[8 * n..8 * n + 8],
             );
-            for (i, y) in y.iter_mut().enumerate() {
-                let (k, l) = (i / 32, i % 32);
-                let low = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
-                let high = (qh[l] >> (2 * k)) & 3;
-                let q = (low | (high << 4)) as i8 - 32;
-                *y = d * f32::from(sc[l / 16 + 2 * k]) * f32::from(q);
+            for (k, y) in y.chunks_exact_mut(32).enumerate() {
+                let ql = &self.ql[64 * n + 32 * (k % 2)..64 * n + 32 * (k % 2) + 32];
+                for (s, y) in y.chunks_exact_mut(16).enumerate() {
+                    let dl = d * f32::from(sc[2 * k + s]);
+                    let (ql, qh) = (&ql[16 * s..16 * s + 16], &qh[16 * s..16 * s + 16]);
+                    for ((y, &lo), &hi) in y.iter_mut().zip(ql).zip(qh) {
+                        let low = (lo >> (4 * (k / 2))) & 0xF;
+                        let high = (hi >> (2 * k)) & 3;
+                        *y = dl * f32::from((low | (high << 4)) as i8 - 32);
+                    }
+                }
             }
         }
     }
@@ -325,6 +353,37 @@ mod tests {
                     dst.iter().all(|&v| v == 0.0),
                     "{ty}: zero bytes must give zeros"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn random_bytes_of_any_length_never_panic() {
+        // Arbitrary bytes (NaN/inf scales included) and lengths: a value or an error, no panic.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for ty in GgmlType::ALL {
+            for _ in 0..20 {
+                let n = (next() % 600) as usize;
+                let len = (next() % 700) as usize;
+                let src: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                let mut dst = vec![0f32; n];
+                let r = dequantize_row(ty, &src, &mut dst);
+                let fits = ty.row_bytes(n) == Some(len) && can_dequantize(ty);
+                assert_eq!(r.is_ok(), fits, "{ty} n={n} len={len}: {r:?}");
+            }
+            // And whole rows of random blocks, which always decode.
+            if can_dequantize(ty) {
+                let n = ty.block_size() * 3;
+                let src: Vec<u8> = (0..ty.row_bytes(n).unwrap())
+                    .map(|_| next() as u8)
+                    .collect();
+                dequantize_row(ty, &src, &mut vec![0f32; n]).unwrap();
             }
         }
     }

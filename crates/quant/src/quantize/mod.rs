@@ -3,6 +3,9 @@
 //! defaults. Cost: Q4_0..Q8_1 one pass per block; K-quants run a small scale search per
 //! sub-block (Q4_K ~20 trial scales × 32 values), still well under a second per 100M values.
 
+// Index loops mirror ggml's C so the two can be read side by side.
+#![allow(clippy::needless_range_loop)]
+
 use bytemuck::Zeroable;
 use half::{bf16, f16};
 
