@@ -41,111 +41,183 @@ pub(super) struct QkxSearch {
 }
 
 impl QkxSearch {
-    /// Writes the levels to `l` and returns (scale, -min).
-    pub fn run(&self, x: &[f32], w: &[f32], l: &mut [u8]) -> (f32, f32) {
+    /// Fit `L` sub-blocks of `N` values at once (sub-block k is `x[N*k..][..N]`, weights `w`
+    /// alike); writes the levels to `l` (same layout) and returns per sub-block (scale, -min).
+    ///
+    /// The sub-blocks are independent, so each lane runs ggml's exact sequence of float
+    /// operations (bit-identical results) while the compiler vectorizes across lanes: the
+    /// serial sums that bound the one-at-a-time search run L wide.
+    pub fn run<const L: usize, const N: usize>(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        l: &mut [u8],
+    ) -> ([f32; L], [f32; L]) {
+        // Transposed copies: xt[i][k] is value i of sub-block k.
+        let xt: [[f32; L]; N] = std::array::from_fn(|i| std::array::from_fn(|k| x[N * k + i]));
+        let wt: [[f32; L]; N] = std::array::from_fn(|i| std::array::from_fn(|k| w[N * k + i]));
         let nmax = f32::from(self.nmax);
-        let (mut min, mut max) = (x[0], x[0]);
-        let mut sum_w = w[0];
-        let mut sum_x = sum_w * x[0];
-        for i in 1..x.len() {
-            if x[i] < min {
-                min = x[i];
+        let (mut min, mut max, mut sum_w) = (xt[0], xt[0], wt[0]);
+        let mut sum_x: [f32; L] = std::array::from_fn(|k| sum_w[k] * xt[0][k]);
+        for i in 1..N {
+            for k in 0..L {
+                let (v, wi) = (xt[i][k], wt[i][k]);
+                min[k] = if v < min[k] { v } else { min[k] };
+                max[k] = if v > max[k] { v } else { max[k] };
+                sum_w[k] += wi;
+                sum_x[k] += wi * v;
             }
-            if x[i] > max {
-                max = x[i];
+        }
+        for m in &mut min {
+            if *m > 0.0 {
+                *m = 0.0;
             }
-            sum_w += w[i];
-            sum_x += w[i] * x[i];
         }
-        if min > 0.0 {
-            min = 0.0;
-        }
-        if max == min {
-            l.fill(0);
-            return (0.0, -min);
-        }
+        // A constant sub-block (max == min once min is clamped to ≤ 0) gets levels 0, scale 0;
+        // its lane still computes (on infinities) but never accepts a fit.
+        let flat: [bool; L] = std::array::from_fn(|k| max[k] == min[k]);
         let err = |d: f32| if self.use_mad { d.abs() } else { d * d };
-        // `min` moves as better fits are found, and later trials start from it (as in ggml).
         let level = |iscale: f32, min: f32, v: f32| {
-            nearest_int(iscale * (v - min)).clamp(0, i32::from(self.nmax)) as u8
+            nearest_int(iscale * (v - min)).clamp(0, i32::from(self.nmax)) as f32
         };
-        let iscale = nmax / (max - min);
-        let mut scale = 1.0 / iscale;
-        let mut best_error = 0f32;
-        for i in 0..x.len() {
-            l[i] = level(iscale, min, x[i]);
-            best_error += w[i] * err(scale * f32::from(l[i]) + min - x[i]);
+        // The levels of the best fit so far are those of (iscale, min) at the time it was
+        // found; `min` itself then moves to the fit's min, and later trials start from it.
+        let mut best_iscale: [f32; L] = std::array::from_fn(|k| nmax / (max[k] - min[k]));
+        let mut best_level_min = min;
+        let mut scale: [f32; L] = std::array::from_fn(|k| 1.0 / best_iscale[k]);
+        let mut best_error = [0f32; L];
+        for i in 0..N {
+            for k in 0..L {
+                let li = level(best_iscale[k], min[k], xt[i][k]);
+                best_error[k] += wt[i][k] * err(scale[k] * li + min[k] - xt[i][k]);
+            }
         }
-        let mut laux = [0u8; 32];
-        let laux = &mut laux[..x.len()];
+        let mut laux = [[0f32; L]; N];
         for is in 0..=self.nstep {
-            let iscale = (self.rmin + self.rdelta * f32::from(is) + nmax) / (max - min);
-            let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-            for i in 0..x.len() {
-                laux[i] = level(iscale, min, x[i]);
-                let li = f32::from(laux[i]);
-                sum_l += w[i] * li;
-                sum_l2 += w[i] * li * li;
-                sum_xl += w[i] * li * x[i];
+            let step = self.rmin + self.rdelta * f32::from(is) + nmax;
+            let iscale: [f32; L] = std::array::from_fn(|k| step / (max[k] - min[k]));
+            let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; L], [0f32; L], [0f32; L]);
+            for i in 0..N {
+                for k in 0..L {
+                    let li = level(iscale[k], min[k], xt[i][k]);
+                    laux[i][k] = li;
+                    sum_l[k] += wt[i][k] * li;
+                    sum_l2[k] += wt[i][k] * li * li;
+                    sum_xl[k] += wt[i][k] * li * xt[i][k];
+                }
             }
-            let det = sum_w * sum_l2 - sum_l * sum_l;
-            if det > 0.0 {
-                let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-                let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-                if this_min > 0.0 {
-                    this_min = 0.0;
-                    this_scale = sum_xl / sum_l2;
+            let mut this_scale = [0f32; L];
+            let mut this_min = [0f32; L];
+            let mut valid = [false; L];
+            for k in 0..L {
+                let det = sum_w[k] * sum_l2[k] - sum_l[k] * sum_l[k];
+                valid[k] = det > 0.0;
+                this_scale[k] = (sum_w[k] * sum_xl[k] - sum_x[k] * sum_l[k]) / det;
+                this_min[k] = (sum_l2[k] * sum_x[k] - sum_l[k] * sum_xl[k]) / det;
+                if this_min[k] > 0.0 {
+                    this_min[k] = 0.0;
+                    this_scale[k] = sum_xl[k] / sum_l2[k];
                 }
-                let mut cur_error = 0f32;
-                for i in 0..x.len() {
-                    cur_error += w[i] * err(this_scale * f32::from(laux[i]) + this_min - x[i]);
+            }
+            let mut cur_error = [0f32; L];
+            for i in 0..N {
+                for k in 0..L {
+                    cur_error[k] +=
+                        wt[i][k] * err(this_scale[k] * laux[i][k] + this_min[k] - xt[i][k]);
                 }
-                if cur_error < best_error {
-                    l.copy_from_slice(laux);
-                    best_error = cur_error;
-                    scale = this_scale;
-                    min = this_min;
+            }
+            for k in 0..L {
+                if valid[k] && !flat[k] && cur_error[k] < best_error[k] {
+                    best_iscale[k] = iscale[k];
+                    best_level_min[k] = min[k];
+                    best_error[k] = cur_error[k];
+                    scale[k] = this_scale[k];
+                    min[k] = this_min[k];
                 }
             }
         }
-        (scale, -min)
+        let mut out_scale = scale;
+        for k in 0..L {
+            for i in 0..N {
+                l[N * k + i] = if flat[k] {
+                    0
+                } else {
+                    level(best_iscale[k], best_level_min[k], xt[i][k]) as u8
+                };
+            }
+            if flat[k] {
+                out_scale[k] = 0.0;
+            }
+        }
+        (out_scale, min.map(|m| -m))
     }
 }
 
-/// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights (weight x²): symmetric
-/// levels `l + nmax` in 0..2·nmax, trying 19 scales around `-nmax / max`. Returns the scale.
-pub(super) fn make_qx_quants(x: &[f32], nmax: i32, l: &mut [u8]) -> f32 {
-    let max = signed_absmax(x);
-    if max.abs() < GROUP_MAX_EPS {
-        l.fill(0);
-        return 0.0;
+/// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights (weight x²) for `L`
+/// sub-blocks of `N` values (sub-block k is `x[N*k..][..N]`): symmetric levels `l + nmax` in
+/// 0..2·nmax written to `l` (same layout), trying 19 scales around `-nmax / max`. Returns the
+/// scales. Lanes are sub-blocks, each running ggml's exact float sequence (see
+/// [`QkxSearch::run`]).
+pub(super) fn make_qx_quants<const L: usize, const N: usize>(
+    x: &[f32],
+    nmax: i32,
+    l: &mut [u8],
+) -> [f32; L] {
+    let xt: [[f32; L]; N] = std::array::from_fn(|i| std::array::from_fn(|k| x[N * k + i]));
+    let (mut amax, mut max) = ([0f32; L], [0f32; L]);
+    for row in &xt {
+        for k in 0..L {
+            if amax[k] < row[k].abs() {
+                (amax[k], max[k]) = (row[k].abs(), row[k]);
+            }
+        }
     }
-    let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: f32| {
-        x.iter().fold((0f32, 0f32), |(slx, sl2), &v| {
-            let (li, w) = (level(iscale, v) as f32, v * v);
-            (slx + w * v * li, sl2 + w * li * li)
-        })
+    let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1) as f32;
+    let sums = |iscale: &[f32; L]| {
+        let (mut slx, mut sl2) = ([0f32; L], [0f32; L]);
+        for row in &xt {
+            for k in 0..L {
+                let (v, li) = (row[k], level(iscale[k], row[k]));
+                let w = v * v;
+                slx[k] += w * v * li;
+                sl2[k] += w * li * li;
+            }
+        }
+        (slx, sl2)
     };
-    let mut iscale = -(nmax as f32) / max;
-    let (sumlx, suml2) = sums(iscale);
-    let mut best_iscale = iscale;
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in -9i32..=9 {
-        if is == 0 {
-            continue;
+    let mut best_iscale: [f32; L] = std::array::from_fn(|k| -(nmax as f32) / max[k]);
+    let (sumlx, suml2) = sums(&best_iscale);
+    let mut scale: [f32; L] = std::array::from_fn(|k| {
+        if suml2[k] != 0.0 {
+            sumlx[k] / suml2[k]
+        } else {
+            0.0
         }
-        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            best_iscale = iscale;
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+    });
+    let mut best: [f32; L] = std::array::from_fn(|k| scale[k] * sumlx[k]);
+    for is in (-9i32..=9).filter(|&is| is != 0) {
+        let iscale: [f32; L] = std::array::from_fn(|k| -(nmax as f32 + 0.1 * is as f32) / max[k]);
+        let (sumlx, suml2) = sums(&iscale);
+        for k in 0..L {
+            if suml2[k] > 0.0 && sumlx[k] * sumlx[k] > best[k] * suml2[k] {
+                best_iscale[k] = iscale[k];
+                scale[k] = sumlx[k] / suml2[k];
+                best[k] = scale[k] * sumlx[k];
+            }
         }
     }
-    for (q, &v) in l.iter_mut().zip(x) {
-        *q = (level(best_iscale, v) + nmax) as u8;
+    for k in 0..L {
+        let zero = amax[k] < GROUP_MAX_EPS;
+        for (i, row) in xt.iter().enumerate() {
+            l[N * k + i] = if zero {
+                0
+            } else {
+                (level(best_iscale[k], row[k]) as i32 + nmax) as u8
+            };
+        }
+        if zero {
+            scale[k] = 0.0;
+        }
     }
     scale
 }
