@@ -77,6 +77,16 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
         );
         let file =
             gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let want_bytes = reference["models"][alias]["file_bytes"]
+            .as_u64()
+            .expect("file_bytes");
+        assert_eq!(
+            file.file_len(),
+            want_bytes,
+            "{}: not the file the fixtures were made from; re-pull it, or regenerate \
+             fixtures/models.json with scripts/gen_quant_fixtures.py --models",
+            path.display()
+        );
         let want = reference["models"][alias]["tensors"]
             .as_array()
             .expect("tensors list");
