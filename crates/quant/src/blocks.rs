@@ -35,6 +35,9 @@ pub trait Block: Pod {
 
     /// Copy one block out of `bytes`, which must be exactly [`Block::BYTES`] long (callers slice
     /// with `chunks_exact(Self::BYTES)`).
+    ///
+    /// # Panics
+    /// If `bytes.len() != Self::BYTES`; [`crate::dequantize_row`] checks lengths and never does.
     fn read(bytes: &[u8]) -> Self {
         bytemuck::pod_read_unaligned(bytes)
     }

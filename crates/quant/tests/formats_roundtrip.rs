@@ -140,6 +140,23 @@ fn non_finite_input_does_not_panic() {
 }
 
 #[test]
+fn arbitrary_bit_patterns_do_not_panic() {
+    // Any f32 bits (NaN, ±inf, 1e38, subnormals) in any format: some output, never a panic or
+    // an integer overflow (the test profile keeps overflow checks on).
+    let mut rng = StdRng::seed_from_u64(11);
+    for ty in QUANTIZABLE {
+        for _ in 0..8 {
+            let x: Vec<f32> = (0..512).map(|_| f32::from_bits(rng.gen())).collect();
+            let _ = round_trip(ty, &x);
+        }
+        let huge: Vec<f32> = (0..512)
+            .map(|i| if i % 2 == 0 { f32::MAX } else { -f32::MAX })
+            .collect();
+        let _ = round_trip(ty, &huge);
+    }
+}
+
+#[test]
 fn wrong_lengths_are_errors() {
     let x = [0f32; 256];
     let mut short = [0u8; 143];
