@@ -1,1 +1,9 @@
-//! placeholder
+//! Running models: sampling, generation with streaming text and stop conditions, and
+//! evaluation against reference logits.
+
+pub mod generate;
+pub mod sampling;
+
+pub use model::eval::{evaluate, EvalResult, PositionRow};
+pub use generate::{GenStats, GenerateParams, Session, StopReason};
+pub use sampling::{Sampler, SamplerParams};

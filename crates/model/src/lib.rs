@@ -3,6 +3,7 @@
 
 pub mod arch;
 pub mod config;
+pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod ops;

@@ -1,0 +1,108 @@
+//! Flags shared by the verbs that run a model, and loading a model with its tokenizer.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use engine::SamplerParams;
+use model::{ContextParams, Model};
+use tokenizer::Tokenizer;
+
+/// The model used when none is named.
+pub const DEFAULT_MODEL: &str = "qwen2.5-coder-1.5b";
+
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Context length in tokens (default: the model's training context, at most 4096).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Worker threads (default: the number of CPUs available to this process).
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+    /// Tokens computed together during prompt processing.
+    #[arg(long, default_value_t = 512)]
+    pub ubatch: usize,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to this probability mass (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the best one (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise recently seen tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties consider.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed: the same seed gives the same text.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> anyhow::Result<SamplerParams> {
+        let p = SamplerParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+        };
+        p.validate().map_err(anyhow::Error::msg)?;
+        Ok(p)
+    }
+}
+
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Resolves `name` (alias or path; pulls an alias if needed) and loads model and tokenizer.
+pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
+    let path = hub::resolve(name)?;
+    let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tok = Tokenizer::from_gguf(&model.file).with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    if tok.n_vocab() != model.config.n_vocab {
+        anyhow::bail!("{}: tokenizer has {} tokens but the model's embedding has {}", path.display(), tok.n_vocab(), model.config.n_vocab);
+    }
+    Ok((Arc::new(model), Arc::new(tok)))
+}
+
+impl RunArgs {
+    /// Context sizes for one sequence; `needed` is the least context the job needs.
+    pub fn context_params(&self, model: &Model, needed: usize) -> anyhow::Result<ContextParams> {
+        let n_ctx = self.ctx.unwrap_or_else(|| model.config.n_ctx_train.min(4096).max(needed));
+        if n_ctx == 0 {
+            anyhow::bail!("--ctx must be at least 1");
+        }
+        if needed > n_ctx {
+            anyhow::bail!("the prompt needs {needed} tokens of context but --ctx is {n_ctx}; raise --ctx or shorten the prompt");
+        }
+        let threads = self.threads.unwrap_or_else(default_threads);
+        if threads == 0 {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        if self.ubatch == 0 {
+            anyhow::bail!("--ubatch must be at least 1");
+        }
+        Ok(ContextParams { n_ctx, n_ubatch: self.ubatch, n_outputs_max: 1, n_seq_max: 1, n_threads: threads })
+    }
+}

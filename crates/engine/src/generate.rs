@@ -1,0 +1,281 @@
+//! One conversation on one sequence: prompt prefill, sampling, streaming text with stop strings.
+//!
+//! A [`Session`] remembers the tokens its KV cache holds, so a chat that re-renders the whole
+//! conversation each turn only prefills what is new (the longest common prefix is reused).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use model::{Batch, Context, ContextParams, Model, ModelError};
+use tokenizer::{StreamDecoder, Tokenizer};
+
+use crate::sampling::{Sampler, SamplerParams};
+
+#[derive(Clone, Debug)]
+pub struct GenerateParams {
+    /// Tokens to generate at most.
+    pub n_predict: usize,
+    /// Text that ends generation (not included in the output).
+    pub stop: Vec<String>,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        GenerateParams { n_predict: 256, stop: Vec::new(), ignore_eos: false }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    Eog,
+    /// `n_predict` tokens were generated.
+    MaxTokens,
+    /// A stop string appeared.
+    StopString,
+    /// The callback asked to stop (e.g. Ctrl-C).
+    Cancelled,
+    /// The context is full.
+    ContextFull,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenStats {
+    pub n_prompt: usize,
+    /// Prompt tokens actually computed (the rest were already cached).
+    pub n_prompt_computed: usize,
+    pub n_gen: usize,
+    pub prompt_secs: f64,
+    pub gen_secs: f64,
+    pub stop: StopReason,
+}
+
+impl GenStats {
+    pub fn prompt_tok_s(&self) -> f64 {
+        rate(self.n_prompt_computed, self.prompt_secs)
+    }
+
+    pub fn gen_tok_s(&self) -> f64 {
+        // The first generated token comes from the prefill's logits; the rest each cost a step.
+        rate(self.n_gen.saturating_sub(1), self.gen_secs)
+    }
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+pub struct Session {
+    pub tok: Arc<Tokenizer>,
+    ctx: Context,
+    sampler: Sampler,
+    /// Tokens whose keys/values are in the cache, in order.
+    history: Vec<u32>,
+    batch: Batch,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, tok: Arc<Tokenizer>, params: ContextParams, sampling: SamplerParams) -> Session {
+        let n_vocab = model.config.n_vocab;
+        let params = ContextParams { n_seq_max: 1, n_outputs_max: 1, ..params };
+        Session { tok, ctx: Context::new(model, params), sampler: Sampler::new(sampling, n_vocab), history: Vec::new(), batch: Batch::default() }
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.ctx.params.n_ctx
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Forgets the conversation.
+    pub fn reset(&mut self) {
+        self.ctx.kv.seq_clear(0);
+        self.history.clear();
+        self.sampler.reset();
+    }
+
+    /// Makes the cache hold exactly `tokens`, computing only what differs from what it holds;
+    /// leaves the last token's logits in the context. Returns how many tokens were computed.
+    fn prefill(&mut self, tokens: &[u32]) -> Result<usize, ModelError> {
+        if tokens.len() > self.n_ctx() {
+            return Err(ModelError::ContextFull { pos: tokens.len() - 1, n_ctx: self.n_ctx() });
+        }
+        let mut common = self.history.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        // The last token must be computed again to get its logits.
+        common = common.min(tokens.len().saturating_sub(1));
+        self.ctx.kv.seq_truncate(0, common);
+        self.history.truncate(common);
+        let ub = self.ctx.params.n_ubatch.max(1);
+        let todo = &tokens[common..];
+        for (c, chunk) in todo.chunks(ub).enumerate() {
+            self.batch.clear();
+            let last_chunk = (c + 1) * ub >= todo.len();
+            for (i, &t) in chunk.iter().enumerate() {
+                self.batch.push(t, common + c * ub + i, 0, last_chunk && i + 1 == chunk.len());
+            }
+            self.ctx.decode(&self.batch)?;
+            self.history.extend_from_slice(chunk);
+        }
+        Ok(todo.len())
+    }
+
+    /// Generates a continuation of `prompt` (the whole conversation so far, as tokens),
+    /// calling `on_text` with each new piece of text; `on_text` returns false to stop.
+    pub fn generate(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str) -> bool) -> Result<(Vec<u32>, GenStats), ModelError> {
+        if prompt.is_empty() {
+            return Err(ModelError::Unsupported("the prompt is empty: nothing to continue".into()));
+        }
+        let t0 = Instant::now();
+        let computed = self.prefill(prompt)?;
+        let prompt_secs = t0.elapsed().as_secs_f64();
+        for &t in prompt {
+            self.sampler.accept(t);
+        }
+        let t1 = Instant::now();
+        let mut decoder = StreamDecoder::new(Arc::clone(&self.tok));
+        let mut stops = StopMatcher::new(&params.stop);
+        let mut out = Vec::new();
+        let mut stop = StopReason::MaxTokens;
+        while out.len() < params.n_predict {
+            let next = self.sampler.sample(self.ctx.logits(0));
+            self.sampler.accept(next);
+            if !params.ignore_eos && self.tok.is_eog(next) {
+                stop = StopReason::Eog;
+                break;
+            }
+            out.push(next);
+            let piece = decoder.push(next);
+            let (emit, hit) = stops.push(&piece);
+            if !emit.is_empty() && !on_text(&emit) {
+                stop = StopReason::Cancelled;
+                break;
+            }
+            if hit {
+                stop = StopReason::StopString;
+                break;
+            }
+            if out.len() == params.n_predict {
+                break;
+            }
+            let pos = self.history.len();
+            if pos >= self.n_ctx() {
+                stop = StopReason::ContextFull;
+                break;
+            }
+            self.batch.clear();
+            self.batch.push(next, pos, 0, true);
+            self.ctx.decode(&self.batch)?;
+            self.history.push(next);
+        }
+        if stop != StopReason::StopString && stop != StopReason::Cancelled {
+            let rest = stops.finish(&decoder.flush());
+            if !rest.is_empty() {
+                on_text(&rest);
+            }
+        }
+        let stats = GenStats {
+            n_prompt: prompt.len(),
+            n_prompt_computed: computed,
+            n_gen: out.len(),
+            prompt_secs,
+            gen_secs: t1.elapsed().as_secs_f64(),
+            stop,
+        };
+        Ok((out, stats))
+    }
+}
+
+/// Holds back text that might be the start of a stop string until it is sure.
+struct StopMatcher<'a> {
+    stops: &'a [String],
+    pending: String,
+}
+
+impl<'a> StopMatcher<'a> {
+    fn new(stops: &'a [String]) -> Self {
+        StopMatcher { stops, pending: String::new() }
+    }
+
+    /// Adds text; returns what can be emitted now and whether a stop string was found (in which
+    /// case the returned text ends right before it).
+    fn push(&mut self, text: &str) -> (String, bool) {
+        if self.stops.is_empty() {
+            return (text.to_string(), false);
+        }
+        self.pending.push_str(text);
+        if let Some(at) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.pending.find(s.as_str())).min() {
+            let emit = self.pending[..at].to_string();
+            self.pending.clear();
+            return (emit, true);
+        }
+        // Keep the longest suffix that is a prefix of some stop string.
+        let mut keep = 0;
+        for s in self.stops {
+            for (i, _) in self.pending.char_indices() {
+                let suffix = &self.pending[i..];
+                if s.starts_with(suffix) {
+                    keep = keep.max(suffix.len());
+                    break;
+                }
+            }
+        }
+        let cut = self.pending.len() - keep;
+        let emit = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        (emit, false)
+    }
+
+    fn finish(&mut self, tail: &str) -> String {
+        let (mut emit, hit) = self.push(tail);
+        if !hit {
+            emit.push_str(&std::mem::take(&mut self.pending));
+        }
+        emit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_split_across_pieces_are_caught_and_not_emitted() {
+        let stops = vec!["</end>".to_string()];
+        let mut m = StopMatcher::new(&stops);
+        let mut out = String::new();
+        let mut hit = false;
+        for piece in ["Hello", " wor", "ld</e", "nd> tail"] {
+            let (e, h) = m.push(piece);
+            out.push_str(&e);
+            if h {
+                hit = true;
+                break;
+            }
+        }
+        assert!(hit);
+        assert_eq!(out, "Hello world");
+    }
+
+    #[test]
+    fn held_back_text_is_released_when_it_stops_matching() {
+        let stops = vec!["ab".to_string()];
+        let mut m = StopMatcher::new(&stops);
+        assert_eq!(m.push("xa"), ("x".to_string(), false));
+        assert_eq!(m.push("c"), ("ac".to_string(), false));
+        assert_eq!(m.finish("a"), "a");
+    }
+
+    #[test]
+    fn no_stop_strings_passes_text_through() {
+        let mut m = StopMatcher::new(&[]);
+        assert_eq!(m.push("abc"), ("abc".to_string(), false));
+    }
+}
