@@ -1,6 +1,9 @@
 //! A persistent thread pool for the matmul kernels: `n - 1` workers plus the calling thread.
 //! A job is handed off by bumping a generation counter; workers spin on it briefly (as
 //! llama.cpp does) and then park on a condvar, so a hand-off costs ~1 µs and no allocation.
+//! Each thread index is a slot claimed once per job by compare-and-swap: when the caller has
+//! finished its own share it claims the slots of workers that have not woken yet and runs them
+//! itself, so a descheduled worker never stalls a job (on a shared 2-core box this matters).
 //! A nested or concurrent `run` (pool already busy) runs its job inline on the calling thread.
 
 use std::cell::UnsafeCell;
@@ -22,8 +25,10 @@ struct Shared {
     generation: AtomicUsize,
     /// The current job. Written only by the `run` holding `busy`, before `generation` is bumped.
     job: UnsafeCell<Option<Job>>,
-    /// Workers that have not yet finished the current job.
-    pending: AtomicUsize,
+    /// Per thread index: the last generation whose call of that index was claimed.
+    claimed: Vec<Padded>,
+    /// Per thread index: the last generation whose call a worker has finished.
+    done: Vec<Padded>,
     /// Workers currently parked (or about to park) on `wake`.
     sleepers: AtomicUsize,
     /// Set when a worker's call of the job panicked; `run` re-raises the panic.
@@ -35,12 +40,18 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is only written by the thread that won `busy` while no worker reads it (all
-// workers have finished the previous generation: `pending == 0`), and only read by workers after
-// they observe the new `generation` (Acquire pairs with the writer's SeqCst bump).
+/// An atomic on its own cache line, so workers do not false-share their slots.
+#[repr(align(64))]
+struct Padded(AtomicUsize);
+
+// SAFETY: `job` is only written by the thread that won `busy`, at the start of a generation,
+// when every claimed call of the previous generation has finished; workers read it only after
+// claiming a slot of the generation they observed (Acquire pairs with the writer's SeqCst bump),
+// and `run` does not return (so the job is not replaced) until every claimed call is done.
 unsafe impl Sync for Shared {}
-// SAFETY: the raw job pointer is only dereferenced while the `run` that set it is blocked
-// waiting for the workers, so the closure it points to is alive and `Sync`.
+// SAFETY: the raw job pointer is only dereferenced by a worker holding a claim of the current
+// generation, while the `run` that set it waits for that claim's `done`, so the closure it
+// points to is alive and `Sync`.
 unsafe impl Send for Shared {}
 
 /// A fixed set of threads that all run the same closure, split by thread index.
@@ -58,7 +69,12 @@ impl ThreadPool {
             n_threads,
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            claimed: (0..n_threads)
+                .map(|_| Padded(AtomicUsize::new(0)))
+                .collect(),
+            done: (0..n_threads)
+                .map(|_| Padded(AtomicUsize::new(0)))
+                .collect(),
             sleepers: AtomicUsize::new(0),
             panic: Mutex::new(None),
             shutdown: AtomicBool::new(false),
@@ -101,42 +117,63 @@ impl ThreadPool {
         }
         let job: &(dyn Fn(usize, usize) + Sync) = &f;
         // SAFETY: erasing the lifetime is sound because this function does not return until
-        // every worker has finished calling the job (`pending` reaches 0 below, also on panic),
-        // and we own `busy`, so no worker reads `job` concurrently with this write.
+        // every call claimed by a worker has finished (the `done` wait below, also on panic), and
+        // we own `busy`, so no worker reads `job` concurrently with this write.
         unsafe {
             *sh.job.get() = Some(std::mem::transmute::<
                 *const (dyn Fn(usize, usize) + Sync + '_),
                 Job,
             >(job));
         }
-        sh.pending.store(nth - 1, Ordering::Relaxed);
-        sh.generation.fetch_add(1, Ordering::SeqCst);
+        let gen = sh.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             // Taking the lock orders this wake-up after any worker's check-then-wait.
             drop(sh.lock.lock().unwrap_or_else(|e| e.into_inner()));
             sh.wake.notify_all();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| f(0, nth)));
-        let mut spins = 0u32;
-        while sh.pending.load(Ordering::Acquire) != 0 {
-            spins += 1;
-            if spins < 1 << 14 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        let mut result = catch_unwind(AssertUnwindSafe(|| f(0, nth)));
+        // Run the share of every worker that has not started yet; wait for the others.
+        for ith in 1..nth {
+            if claim(&sh.claimed[ith].0, gen) {
+                let r = catch_unwind(AssertUnwindSafe(|| f(ith, nth)));
+                if result.is_ok() {
+                    result = r;
+                }
+                continue;
+            }
+            let mut spins = 0u32;
+            while sh.done[ith].0.load(Ordering::Acquire) != gen {
+                spins += 1;
+                if spins < 1 << 14 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
-        // SAFETY: all workers are done with the job; clear it so no dangling pointer remains.
+        // SAFETY: no claimed call is running; clear the job so no dangling pointer remains.
         unsafe { *sh.job.get() = None };
         let theirs = sh.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         sh.busy.store(false, Ordering::Release);
-        if let Err(p) = mine {
+        if let Err(p) = result {
             resume_unwind(p);
         }
         if let Some(p) = theirs {
             resume_unwind(p);
         }
     }
+}
+
+/// Claim a slot for generation `gen`: true if nobody (caller or worker) has claimed it yet.
+fn claim(slot: &AtomicUsize, gen: usize) -> bool {
+    let mut cur = slot.load(Ordering::Acquire);
+    while cur < gen {
+        match slot.compare_exchange_weak(cur, gen, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => cur = now,
+        }
+    }
+    false
 }
 
 fn worker_loop(sh: &Shared, ith: usize) {
@@ -169,9 +206,11 @@ fn worker_loop(sh: &Shared, ith: usize) {
             return;
         }
         seen = gen;
-        // SAFETY: `run` wrote the job before bumping `generation` (observed above with Acquire)
-        // and keeps the closure alive until `pending` reaches 0, which we only signal after the
-        // call.
+        if !claim(&sh.claimed[ith].0, gen) {
+            continue; // the caller already ran this share (we woke late)
+        }
+        // SAFETY: `run` wrote this generation's job before bumping `generation` (observed above
+        // with Acquire), and with the slot claimed it waits for our `done` before returning.
         let job = unsafe { *sh.job.get() };
         if let Some(job) = job {
             // SAFETY: see above; the pointer is valid for the whole call.
@@ -180,7 +219,7 @@ fn worker_loop(sh: &Shared, ith: usize) {
                 *sh.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
             }
         }
-        sh.pending.fetch_sub(1, Ordering::Release);
+        sh.done[ith].0.store(gen, Ordering::Release);
     }
 }
 

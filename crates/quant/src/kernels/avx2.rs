@@ -13,47 +13,51 @@ use crate::GgmlType;
 // --- small helpers ------------------------------------------------------------------------------
 
 /// f16 at `p` as f32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
         p.cast::<u16>().read_unaligned() as i32,
     )))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn load(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p.cast())
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s)))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn hmax_ps(v: __m256) -> f32 {
     let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// Horizontal sum of each accumulator plus `extra`.
+#[inline(always)]
+unsafe fn hsum_all<const C: usize>(acc: &[__m256; C], extra: [f32; C]) -> [f32; C] {
+    let mut out = extra;
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o += hsum_ps(*a);
+    }
+    out
+}
+
 /// 16 nibbles at `p` → 32 bytes: low nibbles in bytes 0..16, high nibbles in bytes 16..32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn nibbles_32(p: *const u8) -> __m256i {
     let t = _mm_loadu_si128(p.cast());
     let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
@@ -61,8 +65,7 @@ unsafe fn nibbles_32(p: *const u8) -> __m256i {
 }
 
 /// The 32 bits of the u32 at `p` → 32 bytes, 0xFF where the bit is set.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn bits_32(p: *const u8) -> __m256i {
     let x = p.cast::<u32>().read_unaligned() as i32;
     let shuf = _mm256_set_epi64x(
@@ -76,9 +79,21 @@ unsafe fn bits_32(p: *const u8) -> __m256i {
     _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
+/// `acc` + Σ of each 4 adjacent u8 × i8 products (one `vpdpbusd` with VNNI, else
+/// `vpmaddubsw` + `vpmaddwd` + add; identical results as long as no i16 pair saturates, which
+/// the value ranges used here guarantee: |u| ≤ 128, |i| ≤ 127).
+#[inline(always)]
+unsafe fn dpbusd<const VNNI: bool>(acc: __m256i, u: __m256i, i: __m256i) -> __m256i {
+    if VNNI {
+        _mm256_dpbusd_epi32(acc, u, i)
+    } else {
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, i), _mm256_set1_epi16(1));
+        _mm256_add_epi32(acc, p)
+    }
+}
+
 /// Signed i8 × signed i8 pairwise into 16 × i16 (|a·b| pairs ≤ 2·127·128 fit).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn mul_i8_i16(w: __m256i, x: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
 }
@@ -87,16 +102,16 @@ unsafe fn mul_i8_i16(w: __m256i, x: __m256i) -> __m256i {
 
 /// Quantize 32 floats at `x` with multiplier `id`; returns the i8s in order plus their 4 i32
 /// partial vectors' sum (for Q8_1's s and Q8_K's bsums the caller re-derives what it needs).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn quant32(x: *const f32, id: f32) -> (__m256i, [__m256i; 4]) {
     let m = _mm256_set1_ps(id);
-    let v: [__m256i; 4] = std::array::from_fn(|k| {
+    let mut v = [_mm256_setzero_si256(); 4];
+    for (k, v) in v.iter_mut().enumerate() {
         let f = _mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), m);
-        _mm256_cvtps_epi32(_mm256_round_ps::<
+        *v = _mm256_cvtps_epi32(_mm256_round_ps::<
             { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-        >(f))
-    });
+        >(f));
+    }
     let a = _mm256_packs_epi32(v[0], v[1]);
     let b = _mm256_packs_epi32(v[2], v[3]);
     let p = _mm256_packs_epi16(a, b);
@@ -104,8 +119,7 @@ unsafe fn quant32(x: *const f32, id: f32) -> (__m256i, [__m256i; 4]) {
     (p, v)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn amax_n(x: *const f32, n: usize) -> f32 {
     let sign = _mm256_set1_ps(-0.0);
     let mut m = _mm256_setzero_ps();
@@ -115,8 +129,8 @@ unsafe fn amax_n(x: *const f32, n: usize) -> f32 {
     hmax_ps(m)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_q8_0(x: &[f32], dst: &mut [u8]) {
+#[inline(always)]
+pub(super) unsafe fn quantize_q8_0(x: &[f32], dst: &mut [u8]) {
     debug_assert!(dst.len() >= x.len() / 32 * 34);
     for i in 0..x.len() / 32 {
         let (xp, yp) = (x.as_ptr().add(32 * i), dst.as_mut_ptr().add(34 * i));
@@ -129,8 +143,8 @@ unsafe fn quantize_q8_0(x: &[f32], dst: &mut [u8]) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_q8_1(x: &[f32], dst: &mut [u8]) {
+#[inline(always)]
+pub(super) unsafe fn quantize_q8_1(x: &[f32], dst: &mut [u8]) {
     debug_assert!(dst.len() >= x.len() / 32 * 36);
     for i in 0..x.len() / 32 {
         let (xp, yp) = (x.as_ptr().add(32 * i), dst.as_mut_ptr().add(36 * i));
@@ -151,8 +165,8 @@ unsafe fn quantize_q8_1(x: &[f32], dst: &mut [u8]) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
+#[inline(always)]
+pub(super) unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
     debug_assert!(dst.len() >= x.len() / 256 * 292);
     for i in 0..x.len() / 256 {
         let (xp, yp) = (x.as_ptr().add(256 * i), dst.as_mut_ptr().add(292 * i));
@@ -171,27 +185,52 @@ unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Build the quantizer table entry for `vdt` with the kernels compiled for `$feat`.
+macro_rules! simd_quantizer {
+    ($feat:literal, $vdt:expr) => {{
+        use $crate::kernels::avx2::{quantize_q8_0, quantize_q8_1, quantize_q8_k};
+        #[target_feature(enable = $feat)]
+        unsafe fn q8_0(x: &[f32], dst: &mut [u8]) {
+            // SAFETY: forwarded QuantizeFn contract; the features are checked by the dispatcher.
+            unsafe { quantize_q8_0(x, dst) }
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn q8_1(x: &[f32], dst: &mut [u8]) {
+            // SAFETY: as above.
+            unsafe { quantize_q8_1(x, dst) }
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn q8_k(x: &[f32], dst: &mut [u8]) {
+            // SAFETY: as above.
+            unsafe { quantize_q8_k(x, dst) }
+        }
+        let f: Option<$crate::kernels::QuantizeFn> = match $vdt {
+            GgmlType::Q8_0 => Some(q8_0),
+            GgmlType::Q8_1 => Some(q8_1),
+            GgmlType::Q8K => Some(q8_k),
+            _ => None,
+        };
+        f
+    }};
+}
+pub(super) use simd_quantizer;
+
 pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {
-    Some(match vdt {
-        GgmlType::Q8_0 => quantize_q8_0,
-        GgmlType::Q8_1 => quantize_q8_1,
-        GgmlType::Q8K => quantize_q8_k,
-        _ => return None,
-    })
+    simd_quantizer!("avx2,fma,f16c", vdt)
 }
 
 // --- float weights · f32 activations ------------------------------------------------------------
 
 /// A float weight format: how to widen 8 weights to f32 and read one.
-trait FloatW {
+pub(super) trait FloatW {
     const BYTES: usize;
     unsafe fn load8(p: *const u8) -> __m256;
     fn one(b: &[u8]) -> f32;
 }
 
-struct F32W;
-struct F16W;
-struct Bf16W;
+pub(super) struct F32W;
+pub(super) struct F16W;
+pub(super) struct Bf16W;
 
 impl FloatW for F32W {
     const BYTES: usize = 4;
@@ -227,8 +266,8 @@ impl FloatW for Bf16W {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_float<W: FloatW, const C: usize>(
+#[inline(always)]
+pub(super) unsafe fn dot_float<W: FloatW, const C: usize>(
     n: usize,
     w: &[u8],
     x: &[u8],
@@ -249,32 +288,32 @@ unsafe fn dot_float<W: FloatW, const C: usize>(
         }
         k += step;
     }
-    std::array::from_fn(|c| {
-        let a = &acc[c];
-        let mut s = hsum_ps(_mm256_add_ps(
+    let mut out = [0f32; C];
+    for (c, (o, a)) in out.iter_mut().zip(&acc).enumerate() {
+        *o = hsum_ps(_mm256_add_ps(
             _mm256_add_ps(a[0], a[1]),
             _mm256_add_ps(a[2], a[3]),
         ));
         for j in k..n {
             let xv = xp.add(c * xs + 4 * j).cast::<f32>().read_unaligned();
-            s += W::one(&w[j * W::BYTES..]) * xv;
+            *o += W::one(&w[j * W::BYTES..]) * xv;
         }
-        s
-    })
+    }
+    out
 }
 
 // --- legacy 32-value formats --------------------------------------------------------------------
 
 /// A legacy weight block against Q8_0: its scale and its 32 values as signed bytes.
-trait LegacySigned {
+pub(super) trait LegacySigned {
     const BYTES: usize;
     unsafe fn decode(b: *const u8) -> (f32, __m256i);
 }
 
-struct Q4_0W;
-struct Q5_0W;
-struct Q8_0W;
-struct Iq4NlW;
+pub(super) struct Q4_0W;
+pub(super) struct Q5_0W;
+pub(super) struct Q8_0W;
+pub(super) struct Iq4NlW;
 
 impl LegacySigned for Q4_0W {
     const BYTES: usize = 18;
@@ -315,8 +354,8 @@ impl LegacySigned for Iq4NlW {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_legacy<W: LegacySigned, const C: usize>(
+#[inline(always)]
+pub(super) unsafe fn dot_legacy<W: LegacySigned, const C: usize, const VNNI: bool>(
     n: usize,
     w: &[u8],
     x: &[u8],
@@ -330,22 +369,22 @@ unsafe fn dot_legacy<W: LegacySigned, const C: usize>(
         for c in 0..C {
             let yb = xp.add(c * xs + 34 * i);
             let qx = _mm256_sign_epi8(load(yb.add(2)), qw);
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, qx), _mm256_set1_epi16(1));
+            let p = dpbusd::<VNNI>(_mm256_setzero_si256(), aw, qx);
             let d = _mm256_set1_ps(dw * f16_at(yb));
             acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]))
+    hsum_all(&acc, [0.0; C])
 }
 
 /// A legacy weight block with a min, against Q8_1: scale, min and unsigned values.
-trait LegacyUnsigned {
+pub(super) trait LegacyUnsigned {
     const BYTES: usize;
     unsafe fn decode(b: *const u8) -> (f32, f32, __m256i);
 }
 
-struct Q4_1W;
-struct Q5_1W;
+pub(super) struct Q4_1W;
+pub(super) struct Q5_1W;
 
 impl LegacyUnsigned for Q4_1W {
     const BYTES: usize = 20;
@@ -368,8 +407,8 @@ impl LegacyUnsigned for Q5_1W {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize>(
+#[inline(always)]
+pub(super) unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize, const VNNI: bool>(
     n: usize,
     w: &[u8],
     x: &[u8],
@@ -382,23 +421,19 @@ unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize>(
         let (dw, mw, qw) = W::decode(wp.add(i * W::BYTES));
         for c in 0..C {
             let yb = xp.add(c * xs + 36 * i);
-            let p = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(qw, load(yb.add(4))),
-                _mm256_set1_epi16(1),
-            );
+            let p = dpbusd::<VNNI>(_mm256_setzero_si256(), qw, load(yb.add(4)));
             let d = _mm256_set1_ps(dw * f16_at(yb));
             acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
             mins[c] += mw * f16_at(yb.add(2));
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]) + mins[c])
+    hsum_all(&acc, mins)
 }
 
 // --- K-quants against Q8_K ----------------------------------------------------------------------
 
 /// Shuffle that broadcasts i16 lane `i` of a 128-bit register into every i16 of both halves.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
     let lo = (2 * i) as i8;
     _mm256_shuffle_epi8(
@@ -408,8 +443,7 @@ unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
 }
 
 /// Q4_K/Q5_K scales and mins as 16 × i16 (scales in lanes 0..8, mins in 8..16).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
     let mut u = [0u32; 4];
     std::ptr::copy_nonoverlapping(s, u.as_mut_ptr().cast::<u8>(), 12);
@@ -425,8 +459,7 @@ unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
 }
 
 /// The 8 mins (i16 lanes 8..16 of `sm`) spread to the 16 Q8_K bsum lanes: lane l = min l/2.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn k4_mins16(sm: __m256i) -> __m256i {
     let m = _mm256_permute2x128_si256::<0x11>(sm, sm);
     let ctrl = _mm256_setr_epi8(
@@ -437,14 +470,14 @@ unsafe fn k4_mins16(sm: __m256i) -> __m256i {
 }
 
 /// A Q4_K or Q5_K block: the 8 unsigned 32-value groups (pairs per 64), read one 64 at a time.
-trait K4Like {
+pub(super) trait K4Like {
     const BYTES: usize;
     /// Values 64j..64j+32 and 64j+32..64j+64 as unsigned bytes.
     unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i);
 }
 
-struct Q4KW;
-struct Q5KW;
+pub(super) struct Q4KW;
+pub(super) struct Q5KW;
 
 impl K4Like for Q4KW {
     const BYTES: usize = 144;
@@ -483,8 +516,13 @@ impl K4Like for Q5KW {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_k4<W: K4Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+#[inline(always)]
+pub(super) unsafe fn dot_k4<W: K4Like, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
@@ -514,13 +552,13 @@ unsafe fn dot_k4<W: K4Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: us
             acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), mn, a);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]))
+    hsum_all(&acc, [0.0; C])
 }
 
 /// A K-quant with one scale per 16 values laid out in two 128-value halves (Q2_K, Q3_K, Q6_K):
 /// unsigned values `u`, and a per-16 bias folded in with the Q8_K block sums, so that
 /// `dot = d·yd·Σ scale·u·q8 − bias_mul·yd·Σ_k bias_k·bsum_k`.
-trait K16Like {
+pub(super) trait K16Like {
     const BYTES: usize;
     /// (d, bias_mul, scales as 16 × i16, bias as 16 × i16) of the block at `b`.
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i);
@@ -528,9 +566,9 @@ trait K16Like {
     unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i;
 }
 
-struct Q2KW;
-struct Q3KW;
-struct Q6KW;
+pub(super) struct Q2KW;
+pub(super) struct Q3KW;
+pub(super) struct Q6KW;
 
 /// `(v >> 2k) & 3` per byte.
 #[inline(always)]
@@ -606,8 +644,13 @@ impl K16Like for Q6KW {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_k16<W: K16Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+#[inline(always)]
+pub(super) unsafe fn dot_k16<W: K16Like, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
@@ -635,13 +678,12 @@ unsafe fn dot_k16<W: K16Like, const C: usize>(n: usize, w: &[u8], x: &[u8], xs: 
             acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(bias_mul * yd), bias, a);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]))
+    hsum_all(&acc, [0.0; C])
 }
 
 /// i16 lane `a` of `v` broadcast over the low 128 bits and lane `b` over the high 128 bits
 /// (`a` and `b` in the same half of `v`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn bcast_i16_pair(v: __m256i, a: usize, b: usize) -> __m256i {
     let sel = |i: usize| {
         let lo = (2 * (i % 8)) as u8;
@@ -658,8 +700,13 @@ unsafe fn bcast_i16_pair(v: __m256i, a: usize, b: usize) -> __m256i {
     _mm256_shuffle_epi8(half(a), _mm256_set_m128i(sel(b), sel(a)))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_iq4_xs<const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) -> [f32; C] {
+#[inline(always)]
+pub(super) unsafe fn dot_iq4_xs<const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
     let lut = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
     let lut = _mm256_set_m128i(lut, lut);
@@ -685,42 +732,57 @@ unsafe fn dot_iq4_xs<const C: usize>(n: usize, w: &[u8], x: &[u8], xs: usize) ->
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]))
+    hsum_all(&acc, [0.0; C])
 }
 
-/// Build a [`DotKernels`] from a kernel generic over the number of activation rows.
+/// Build a [`DotKernels`] from a kernel generic over the number of activation rows, compiled
+/// for the target features `$feat` (the kernel bodies are `#[inline(always)]`, so the intrinsics
+/// they call are compiled with the wrapper's features).
 macro_rules! simd_kernels {
-    ($f:ident $(:: < $($g:ty),* >)?) => {{
+    ($feat:literal, $f:ident $(:: < $($g:ty),* >)? $(, $vnni:literal)?) => {{
+        #[target_feature(enable = $feat)]
         unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
             // SAFETY: forwarded contract of DotFn (ISA checked by the dispatcher).
-            unsafe { $f::<$($($g,)*)? 1>(n, w, x, 0)[0] }
+            unsafe { $f::<$($($g,)*)? 1 $(, $vnni)?>(n, w, x, 0)[0] }
         }
+        #[target_feature(enable = $feat)]
         unsafe fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
             // SAFETY: forwarded contract of DotTileFn.
-            unsafe { $f::<$($($g,)*)? TILE>(n, w, x, stride) }
+            unsafe { $f::<$($($g,)*)? TILE $(, $vnni)?>(n, w, x, stride) }
         }
         DotKernels { dot, dot_tile }
     }};
 }
+pub(super) use simd_kernels;
+
+/// The kernel table for one feature set: `$vnni` says whether `vpdpbusd` may be used.
+macro_rules! simd_table {
+    ($feat:literal, $vnni:literal, $ty:expr) => {{
+        use $crate::kernels::avx2::*;
+        use GgmlType::*;
+        let k: Option<DotKernels> = match $ty {
+            F32 => Some(simd_kernels!($feat, dot_float::<F32W>)),
+            F16 => Some(simd_kernels!($feat, dot_float::<F16W>)),
+            BF16 => Some(simd_kernels!($feat, dot_float::<Bf16W>)),
+            Q4_0 => Some(simd_kernels!($feat, dot_legacy::<Q4_0W>, $vnni)),
+            Q5_0 => Some(simd_kernels!($feat, dot_legacy::<Q5_0W>, $vnni)),
+            Q8_0 => Some(simd_kernels!($feat, dot_legacy::<Q8_0W>, $vnni)),
+            IQ4NL => Some(simd_kernels!($feat, dot_legacy::<Iq4NlW>, $vnni)),
+            Q4_1 => Some(simd_kernels!($feat, dot_legacy_min::<Q4_1W>, $vnni)),
+            Q5_1 => Some(simd_kernels!($feat, dot_legacy_min::<Q5_1W>, $vnni)),
+            Q2K => Some(simd_kernels!($feat, dot_k16::<Q2KW>)),
+            Q3K => Some(simd_kernels!($feat, dot_k16::<Q3KW>)),
+            Q4K => Some(simd_kernels!($feat, dot_k4::<Q4KW>)),
+            Q5K => Some(simd_kernels!($feat, dot_k4::<Q5KW>)),
+            Q6K => Some(simd_kernels!($feat, dot_k16::<Q6KW>)),
+            IQ4XS => Some(simd_kernels!($feat, dot_iq4_xs)),
+            _ => None,
+        };
+        k
+    }};
+}
+pub(super) use simd_table;
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
-    use GgmlType::*;
-    Some(match ty {
-        F32 => simd_kernels!(dot_float::<F32W>),
-        F16 => simd_kernels!(dot_float::<F16W>),
-        BF16 => simd_kernels!(dot_float::<Bf16W>),
-        Q4_0 => simd_kernels!(dot_legacy::<Q4_0W>),
-        Q5_0 => simd_kernels!(dot_legacy::<Q5_0W>),
-        Q8_0 => simd_kernels!(dot_legacy::<Q8_0W>),
-        IQ4NL => simd_kernels!(dot_legacy::<Iq4NlW>),
-        Q4_1 => simd_kernels!(dot_legacy_min::<Q4_1W>),
-        Q5_1 => simd_kernels!(dot_legacy_min::<Q5_1W>),
-        Q4K => simd_kernels!(dot_k4::<Q4KW>),
-        Q5K => simd_kernels!(dot_k4::<Q5KW>),
-        Q2K => simd_kernels!(dot_k16::<Q2KW>),
-        Q3K => simd_kernels!(dot_k16::<Q3KW>),
-        Q6K => simd_kernels!(dot_k16::<Q6KW>),
-        IQ4XS => simd_kernels!(dot_iq4_xs),
-        _ => return None,
-    })
+    simd_table!("avx2,fma,f16c", false, ty)
 }

@@ -259,7 +259,9 @@ fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
     let own = match isa {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => avx2::quantizer(vdt),
+        Isa::Avx2 => avx2::quantizer(vdt),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::quantizer(vdt),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::quantizer(vdt),
         #[allow(unreachable_patterns)]
