@@ -1,0 +1,227 @@
+//! Byte-level BPE merges (llama.cpp's `llm_tokenizer_bpe_session`), on symbol ids.
+//!
+//! Every merge part and result is interned as a symbol id (vocab ids first, then strings that are
+//! not tokens), so a merge is one hash lookup of an id pair. Each word runs the classic
+//! lowest-rank-first loop with a binary heap over a linked list of symbols: O(k log k) per word.
+
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::fxhash::FxBuild;
+use crate::unicode::byte_to_char_table;
+
+/// Merge table and byte alphabet of a byte-level BPE vocabulary.
+#[derive(Debug)]
+pub struct Bpe {
+    /// (left symbol, right symbol) → (rank, merged symbol).
+    merges: HashMap<(u32, u32), (u32, u32), FxBuild>,
+    /// Symbol of each byte's GPT-2 stand-in character.
+    byte_sym: [u32; 256],
+    /// Strings of symbols ≥ n_vocab (merge parts/results that are not tokens).
+    extra: Vec<String>,
+    n_vocab: u32,
+    /// Whole words that are tokens skip the merges (Llama 3).
+    pub ignore_merges: bool,
+}
+
+impl Bpe {
+    /// `merges` are GGUF `tokenizer.ggml.merges` lines ("left right"); `lookup` finds a token id.
+    pub fn new(
+        merges: &[String],
+        n_vocab: u32,
+        lookup: &dyn Fn(&str) -> Option<u32>,
+        ignore_merges: bool,
+    ) -> Bpe {
+        let mut extra: Vec<String> = Vec::new();
+        let mut extra_ids: HashMap<String, u32, FxBuild> = HashMap::default();
+        let mut intern = |s: &str, extra: &mut Vec<String>| -> u32 {
+            if let Some(id) = lookup(s) {
+                return id;
+            }
+            if let Some(&id) = extra_ids.get(s) {
+                return id;
+            }
+            let id = n_vocab + extra.len() as u32;
+            extra.push(s.to_string());
+            extra_ids.insert(s.to_string(), id);
+            id
+        };
+        let chars = byte_to_char_table();
+        let mut byte_sym = [0u32; 256];
+        for b in 0..256 {
+            byte_sym[b] = intern(chars[b].encode_utf8(&mut [0u8; 4]), &mut extra);
+        }
+        let mut map: HashMap<(u32, u32), (u32, u32), FxBuild> = HashMap::default();
+        map.reserve(merges.len());
+        for (rank, line) in merges.iter().enumerate() {
+            // llama.cpp splits at the first space after the first byte.
+            let (a, b) = match line.bytes().skip(1).position(|c| c == b' ') {
+                Some(p) => (&line[..p + 1], &line[p + 2..]),
+                None => ("", ""),
+            };
+            let merged = format!("{a}{b}");
+            let (ia, ib) = (intern(a, &mut extra), intern(b, &mut extra));
+            let im = intern(&merged, &mut extra);
+            map.entry((ia, ib)).or_insert((rank as u32, im));
+        }
+        Bpe {
+            merges: map,
+            byte_sym,
+            extra,
+            n_vocab,
+            ignore_merges,
+        }
+    }
+
+    /// Merges one word (raw bytes) and appends its token ids. `lookup` finds a token id, used for
+    /// `ignore_merges` and for symbols that are not tokens (emitted byte by byte, as llama.cpp
+    /// does; bytes without a token are dropped).
+    pub fn encode_word(
+        &self,
+        word: &[u8],
+        lookup: &dyn Fn(&str) -> Option<u32>,
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
+        if word.is_empty() {
+            return;
+        }
+        if self.ignore_merges {
+            let chars = byte_to_char_table();
+            scratch.text.clear();
+            scratch.text.extend(word.iter().map(|&b| chars[b as usize]));
+            if let Some(id) = lookup(&scratch.text) {
+                out.push(id);
+                return;
+            }
+        }
+        if word.len() == 1 {
+            self.emit(self.byte_sym[word[0] as usize], lookup, out);
+            return;
+        }
+        let syms = &mut scratch.syms;
+        syms.clear();
+        let n = word.len();
+        for (i, &b) in word.iter().enumerate() {
+            syms.push(Sym {
+                id: self.byte_sym[b as usize],
+                prev: i as i32 - 1,
+                next: if i + 1 == n { -1 } else { i as i32 + 1 },
+                live: true,
+            });
+        }
+        let heap = &mut scratch.heap;
+        heap.clear();
+        for i in 1..n {
+            self.push_pair(syms, heap, i - 1, i);
+        }
+        while let Some(Pair {
+            rank: _,
+            left,
+            right,
+            left_id,
+            right_id,
+            merged,
+        }) = heap.pop()
+        {
+            let (l, r) = (left as usize, right as usize);
+            if !syms[l].live
+                || !syms[r].live
+                || syms[l].id != left_id
+                || syms[r].id != right_id
+                || syms[l].next != right as i32
+            {
+                continue;
+            }
+            syms[l].id = merged;
+            syms[r].live = false;
+            let rn = syms[r].next;
+            syms[l].next = rn;
+            if rn >= 0 {
+                syms[rn as usize].prev = left as i32;
+            }
+            let lp = syms[l].prev;
+            if lp >= 0 {
+                self.push_pair(syms, heap, lp as usize, l);
+            }
+            if rn >= 0 {
+                self.push_pair(syms, heap, l, rn as usize);
+            }
+        }
+        let mut i = 0i32;
+        while i >= 0 {
+            let s = &syms[i as usize];
+            self.emit(s.id, lookup, out);
+            i = s.next;
+        }
+    }
+
+    #[inline]
+    fn push_pair(&self, syms: &[Sym], heap: &mut BinaryHeap<Pair>, l: usize, r: usize) {
+        let (a, b) = (syms[l].id, syms[r].id);
+        if let Some(&(rank, merged)) = self.merges.get(&(a, b)) {
+            heap.push(Pair {
+                rank,
+                left: l as u32,
+                right: r as u32,
+                left_id: a,
+                right_id: b,
+                merged,
+            });
+        }
+    }
+
+    fn emit(&self, sym: u32, lookup: &dyn Fn(&str) -> Option<u32>, out: &mut Vec<u32>) {
+        if sym < self.n_vocab {
+            out.push(sym);
+            return;
+        }
+        // Not a token: llama.cpp looks up each byte of the encoded string on its own.
+        let s = &self.extra[(sym - self.n_vocab) as usize];
+        let mut buf = [0u8; 4];
+        for &b in s.as_bytes() {
+            if b < 0x80 {
+                if let Some(id) = lookup((b as char).encode_utf8(&mut buf)) {
+                    out.push(id);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sym {
+    id: u32,
+    prev: i32,
+    next: i32,
+    live: bool,
+}
+
+/// A candidate merge. Ordered so the max-heap pops the lowest rank, then the leftmost pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pair {
+    rank: u32,
+    left: u32,
+    right: u32,
+    left_id: u32,
+    right_id: u32,
+    merged: u32,
+}
+
+impl Ord for Pair {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.rank.cmp(&self.rank).then(o.left.cmp(&self.left))
+    }
+}
+impl PartialOrd for Pair {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// Buffers reused across words.
+#[derive(Default)]
+pub struct Scratch {
+    syms: Vec<Sym>,
+    heap: BinaryHeap<Pair>,
+    text: String,
+}

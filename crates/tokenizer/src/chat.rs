@@ -1,0 +1,494 @@
+//! Chat templates: renders `tokenizer.chat_template` (Hugging Face Jinja) with minijinja,
+//! configured like transformers' `apply_chat_template` (trim_blocks, lstrip_blocks, Python
+//! string/dict methods, `raise_exception`, `strftime_now`, a `tojson` that prints like Python's
+//! `json.dumps`).
+//!
+//! The template is parsed once at load; a render walks it once per request (microseconds for a
+//! short conversation).
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+use crate::Tokenizer;
+
+/// The template used when the GGUF has no `tokenizer.chat_template`: ChatML, as llama.cpp
+/// falls back to. It renders `<|im_start|>{role}\n{content}<|im_end|>\n` per message and
+/// `<|im_start|>assistant\n` when a generation prompt is asked for.
+pub const CHATML_FALLBACK: &str = "{%- for message in messages -%}\
+{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/// One chat message. `extra` carries everything else a template may read: `tool_calls`,
+/// `tool_call_id`, `name`, `reasoning_content`...
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            extra: serde_json::Map::new(),
+        }
+    }
+}
+
+/// Why a chat template could not be loaded or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("tokenizer.chat_template does not parse: {0:#}; pass a template explicitly or use the ChatML fallback")]
+    Parse(JinjaError),
+    #[error("chat template failed: {0:#}")]
+    Render(JinjaError),
+}
+
+/// A parsed chat template plus the token texts it may refer to.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    /// Strip a leading BOS text in [`ChatTemplate::render_prompt`] (the tokenizer adds it).
+    strip_bos: bool,
+    strip_eos: bool,
+    is_fallback: bool,
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// The model's `tokenizer.chat_template`, or [`CHATML_FALLBACK`] when it has none.
+    pub fn from_gguf(f: &gguf::GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, ChatError> {
+        match f.get_str("tokenizer.chat_template") {
+            Some(src) => ChatTemplate::new(src, tok),
+            None => {
+                let mut t = ChatTemplate::new(CHATML_FALLBACK, tok)?;
+                t.is_fallback = true;
+                Ok(t)
+            }
+        }
+    }
+
+    /// Parses `source`; `bos_token`/`eos_token` are the tokenizer's BOS/EOS texts.
+    pub fn new(source: &str, tok: &Tokenizer) -> Result<ChatTemplate, ChatError> {
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(ChatError::Parse)?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            bos_token: text(tok.bos()),
+            eos_token: text(tok.eos()),
+            strip_bos: tok.add_bos(),
+            strip_eos: tok.add_eos(),
+            is_fallback: false,
+        })
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// True when the model had no template and [`CHATML_FALLBACK`] is in use.
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+
+    /// Renders exactly what Hugging Face's `apply_chat_template(tokenize=False)` would.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// As [`ChatTemplate::render`], with OpenAI-style tool definitions (`tools` is undefined
+    /// to the template when empty, as in transformers).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let tmpl = self.env.get_template(NAME).map_err(ChatError::Render)?;
+        let tools = if tools.is_empty() {
+            Value::UNDEFINED
+        } else {
+            Value::from_serialize(tools)
+        };
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        tmpl.render(ctx).map_err(ChatError::Render)
+    }
+
+    /// The rendered prompt ready for `encode(prompt, add_special = true, parse_special = true)`:
+    /// a leading BOS text is removed when the tokenizer adds BOS itself (and a trailing EOS
+    /// when it adds EOS), as llama.cpp does, so the prompt never starts with two BOS tokens.
+    pub fn render_prompt(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let mut s = self.render(messages, add_generation_prompt)?;
+        if self.strip_bos && !self.bos_token.is_empty() && s.starts_with(&self.bos_token) {
+            s.drain(..self.bos_token.len());
+        }
+        if self.strip_eos && !self.eos_token.is_empty() && s.ends_with(&self.eos_token) {
+            s.truncate(s.len() - self.eos_token.len());
+        }
+        Ok(s)
+    }
+}
+
+fn raise_exception(msg: String) -> Result<Value, JinjaError> {
+    Err(JinjaError::new(
+        ErrorKind::InvalidOperation,
+        format!("template raised: {msg}"),
+    ))
+}
+
+/// `strftime_now(format)`: the current UTC time (no time-zone database is consulted).
+fn strftime_now(fmt: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    strftime(&fmt, secs)
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// Formats Unix time `secs` (UTC) with the common `strftime` directives.
+pub(crate) fn strftime(fmt: &str, secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (h, mi, s) = (sod / 3600, sod % 3600 / 60, sod % 60);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy_mar + 2) / 153;
+    let d = doy_mar - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = cum[(m - 1) as usize] + d + i64::from(leap && m > 2);
+    let mut out = String::new();
+    let mut it = fmt.chars();
+    while let Some(c) = it.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('e') => out.push_str(&format!("{d:>2}")),
+            Some('-') => match it.next() {
+                Some('d') => out.push_str(&d.to_string()),
+                Some('m') => out.push_str(&m.to_string()),
+                Some(o) => {
+                    out.push_str("%-");
+                    out.push(o);
+                }
+                None => out.push_str("%-"),
+            },
+            Some('H') => out.push_str(&format!("{h:02}")),
+            Some('I') => out.push_str(&format!("{:02}", if h % 12 == 0 { 12 } else { h % 12 })),
+            Some('p') => out.push_str(if h < 12 { "AM" } else { "PM" }),
+            Some('M') => out.push_str(&format!("{mi:02}")),
+            Some('S') => out.push_str(&format!("{s:02}")),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('B') => out.push_str(MONTHS[(m - 1) as usize]),
+            Some('b') | Some('h') => out.push_str(&MONTHS[(m - 1) as usize][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// `tojson` as transformers defines it: Python's `json.dumps(x, ensure_ascii=False)` with
+/// optional `indent`, `sort_keys`, `ensure_ascii`, `separators`.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators {
+        Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
+        _ => (
+            (if indent.is_some() { "," } else { ", " }).to_string(),
+            ": ".to_string(),
+        ),
+    };
+    let opts = JsonOpts {
+        indent,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+        item_sep,
+        key_sep,
+    };
+    let mut out = String::new();
+    write_json(&value, &opts, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+struct JsonOpts {
+    indent: Option<usize>,
+    sort_keys: bool,
+    ensure_ascii: bool,
+    item_sep: String,
+    key_sep: String,
+}
+
+fn write_json(v: &Value, o: &JsonOpts, depth: usize, out: &mut String) -> Result<(), JinjaError> {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = o.indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if let Ok(i) = i64::try_from(v.clone()) {
+                if v.is_integer() {
+                    out.push_str(&i.to_string());
+                    return Ok(());
+                }
+            }
+            let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+            out.push_str(&py_float_repr(f));
+        }
+        ValueKind::String => json_string(v.as_str().unwrap_or(""), o.ensure_ascii, out),
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&o.item_sep);
+                }
+                newline(out, depth + 1);
+                write_json(item, o, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            if o.sort_keys {
+                keys.sort_by_key(|a| a.to_string());
+            }
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&o.item_sep);
+                }
+                newline(out, depth + 1);
+                match k.as_str() {
+                    Some(s) => json_string(s, o.ensure_ascii, out),
+                    None => json_string(&k.to_string(), o.ensure_ascii, out),
+                }
+                out.push_str(&o.key_sep);
+                write_json(&v.get_item(k)?, o, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        _ => json_string(&v.to_string(), o.ensure_ascii, out),
+    }
+    Ok(())
+}
+
+fn json_string(s: &str, ensure_ascii: bool, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (ensure_ascii && (c as u32) > 0x7E) => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Python's `repr(float)`: shortest round-trip digits, exponent form outside 1e-4..1e16.
+fn py_float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    let sci = format!("{f:e}"); // e.g. "-1.5e-5", "1e16"
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let neg = mant.starts_with('-');
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    let mut out = String::new();
+    if neg {
+        out.push('-');
+    }
+    if !(-4..16).contains(&exp) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push_str(&format!(
+            "e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        ));
+    } else if exp < 0 {
+        out.push_str("0.");
+        out.push_str(&"0".repeat((-exp - 1) as usize));
+        out.push_str(&digits);
+    } else {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            out.push_str(&digits);
+            out.push_str(&"0".repeat(int_len - digits.len()));
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..int_len]);
+            out.push('.');
+            out.push_str(&digits[int_len..]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_repr_matches_python() {
+        assert_eq!(py_float_repr(1.0), "1.0");
+        assert_eq!(py_float_repr(0.5), "0.5");
+        assert_eq!(py_float_repr(1e-9), "1e-09");
+        assert_eq!(py_float_repr(1.5e16), "1.5e+16");
+        assert_eq!(py_float_repr(123.25), "123.25");
+        assert_eq!(py_float_repr(0.0001), "0.0001");
+        assert_eq!(py_float_repr(-2.5e-5), "-2.5e-05");
+    }
+
+    #[test]
+    fn strftime_formats_a_known_date() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        let t = 1_709_211_909;
+        assert_eq!(strftime("%Y-%m-%d %H:%M:%S", t), "2024-02-29 13:05:09");
+        assert_eq!(
+            strftime("%d %B %Y, %A %b %a %j", t),
+            "29 February 2024, Thursday Feb Thu 060"
+        );
+    }
+
+    #[test]
+    fn tojson_prints_like_python_json_dumps() {
+        let mut env = Environment::new();
+        env.add_filter("tojson", tojson);
+        let v: serde_json::Value =
+            serde_json::json!({"name": "f", "args": {"x": 1, "y": [1.5, "é\"\n"], "z": null}});
+        let out = env
+            .render_str(
+                "{{ v | tojson }}",
+                minijinja::context! { v => Value::from_serialize(&v) },
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            r#"{"name": "f", "args": {"x": 1, "y": [1.5, "é\"\n"], "z": null}}"#
+        );
+        let out = env
+            .render_str(
+                "{{ v | tojson(indent=2) }}",
+                minijinja::context! { v => Value::from_serialize(&serde_json::json!({"a": [1]})) },
+            )
+            .unwrap();
+        assert_eq!(out, "{\n  \"a\": [\n    1\n  ]\n}");
+    }
+}
