@@ -389,6 +389,31 @@ mod tests {
     }
 
     #[test]
+    fn f16_and_bf16_decode_the_same_from_unaligned_bytes() {
+        // 600 values: more than one 256-value chunk of the unaligned path, plus a tail.
+        let n = 600;
+        let mut buf = vec![0u8; 2 * n + 1];
+        for (i, b) in buf[1..].chunks_exact_mut(2).enumerate() {
+            b.copy_from_slice(&((i as u16).wrapping_mul(40503) & 0x7bff).to_le_bytes());
+        }
+        for ty in [GgmlType::F16, GgmlType::BF16] {
+            let unaligned = &buf[1..];
+            let aligned = unaligned.to_vec();
+            let (mut a, mut u) = (vec![0f32; n], vec![0f32; n]);
+            dequantize_row(ty, &aligned, &mut a).unwrap();
+            dequantize_row(ty, unaligned, &mut u).unwrap();
+            for (i, b) in aligned.chunks_exact(2).enumerate() {
+                let want = match ty {
+                    GgmlType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                    _ => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                };
+                assert_eq!(a[i].to_bits(), want.to_bits(), "{ty} aligned value {i}");
+                assert_eq!(u[i].to_bits(), want.to_bits(), "{ty} unaligned value {i}");
+            }
+        }
+    }
+
+    #[test]
     fn q8_0_is_scale_times_value() {
         let mut src = vec![0u8; 34];
         src[0..2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
