@@ -2,7 +2,7 @@
 //! (no importance matrix) step for step, so files snug writes quantize like llama-quantize's
 //! defaults. Cost per core: Q4_0..Q8_1 and Q8_K one pass per block (~100-400 M values/s);
 //! K-quants search ~20 trial scales per sub-block, run across sub-blocks at once (Q2_K..Q6_K
-//! ~20-30 M values/s, Q3_K faster); IQ4_NL/IQ4_XS search one sub-block at a time (~5 M values/s).
+//! ~20-30 M values/s, Q3_K faster); IQ4_NL/IQ4_XS ~5 M values/s (bound by codebook lookups).
 
 // Index loops mirror ggml's C so the two can be read side by side.
 #![allow(clippy::needless_range_loop)]
@@ -16,8 +16,8 @@ use crate::{GgmlType, QuantError};
 mod search;
 
 use search::{
-    best_index_iq4, make_q3_quants, make_qx_quants, nearest_int, signed_absmax, QkxSearch,
-    GROUP_MAX_EPS,
+    best_index_iq4, iq4_sub_scales, make_q3_quants, make_qx_quants, nearest_int, signed_absmax,
+    QkxSearch, GROUP_MAX_EPS,
 };
 
 /// Quantize one row: `src` holds the row's f32 values; `dst` receives them as type `ty`, blocks
@@ -485,39 +485,14 @@ impl Quantize for BlockQ6K {
 /// 32-value sub-block, search 15 scales for the best codebook fit. With 8 sub-blocks (IQ4_XS) the
 /// sub-block scales become 6-bit multiples of `d = -max_scale / 32` and the values are re-fit to
 /// them. Returns (d, 6-bit scale + 32 per sub-block, packed nibbles as Q4_0 orders them).
-fn iq4_quantize<const N: usize, const Q: usize>(x: &[f32]) -> (f16, [u8; 8], [u8; Q]) {
-    const NTRY: i32 = 7;
-    let nsub = N / 32;
+fn iq4_quantize<const L: usize, const N: usize, const Q: usize>(
+    x: &[f32],
+) -> (f16, [u8; 8], [u8; Q]) {
+    let nsub = L;
     let mut l = [0u8; N];
-    let mut scales = [0f32; 8];
+    let scales = iq4_sub_scales::<L>(x);
     let (mut amax_scale, mut max_scale) = (0f32, 0f32);
-    let fit = |xb: &[f32], id: f32| {
-        xb.iter().fold((0f32, 0f32), |(sqx, sq2), &v| {
-            let q = f32::from(IQ4_NL_VALUES[usize::from(best_index_iq4(id * v))]);
-            let w = v * v;
-            (sqx + w * q * v, sq2 + w * q * q)
-        })
-    };
-    for ib in 0..nsub {
-        let xb = &x[32 * ib..32 * ib + 32];
-        let max = signed_absmax(xb);
-        if max.abs() < GROUP_MAX_EPS {
-            continue;
-        }
-        let values0 = f32::from(IQ4_NL_VALUES[0]);
-        let id = 1.0 / (-max / values0);
-        let (sumqx, sumq2) = fit(xb, id);
-        let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-        let mut best = d * sumqx;
-        for itry in -NTRY..=NTRY {
-            let id = (itry + i32::from(IQ4_NL_VALUES[0])) as f32 / max;
-            let (sumqx, sumq2) = fit(xb, id);
-            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
-        scales[ib] = d;
+    for &d in &scales {
         if d.abs() > amax_scale {
             (amax_scale, max_scale) = (d.abs(), d);
         }
@@ -552,14 +527,14 @@ fn iq4_quantize<const N: usize, const Q: usize>(x: &[f32]) -> (f16, [u8; 8], [u8
 
 impl Quantize for BlockIQ4NL {
     fn quantize(x: &[f32]) -> Self {
-        let (d, _, qs) = iq4_quantize::<QK, { QK / 2 }>(x);
+        let (d, _, qs) = iq4_quantize::<1, QK, { QK / 2 }>(x);
         BlockIQ4NL { d, qs }
     }
 }
 
 impl Quantize for BlockIQ4XS {
     fn quantize(x: &[f32]) -> Self {
-        let (d, ls, qs) = iq4_quantize::<QK_K, { QK_K / 2 }>(x);
+        let (d, ls, qs) = iq4_quantize::<8, QK_K, { QK_K / 2 }>(x);
         let scales_l = std::array::from_fn(|i| (ls[2 * i] & 0xF) | ((ls[2 * i + 1] & 0xF) << 4));
         let scales_h = (0..8).fold(0u16, |h, ib| h | (u16::from(ls[ib] >> 4) << (2 * ib)));
         BlockIQ4XS {

@@ -272,28 +272,87 @@ pub(super) fn make_q3_quants(x: &[f32], l: &mut [u8]) -> f32 {
     }
 }
 
+/// `IQ4_NL_VALUES` as f32.
+const IQ4_F32: [f32; 16] = {
+    let mut t = [0f32; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = IQ4_NL_VALUES[i] as f32;
+        i += 1;
+    }
+    t
+};
+
 /// Index of the codebook value nearest `x` in the sorted `IQ4_NL_VALUES` (ggml's
-/// `best_index_int8`: binary search, ties to the upper neighbour).
+/// `best_index_int8`: binary search keeping `v[lo] <= x < v[hi]`, ties to the upper neighbour;
+/// NaN walks right and gives 15).
 pub(super) fn best_index_iq4(x: f32) -> u8 {
-    let v = |i: usize| f32::from(IQ4_NL_VALUES[i]);
-    if x <= v(0) {
+    let v = &IQ4_F32;
+    if x <= v[0] {
         return 0;
     }
-    if x >= v(15) {
+    if x >= v[15] {
         return 15;
     }
     let (mut ml, mut mu) = (0, 15);
     while mu - ml > 1 {
         let mav = (ml + mu) / 2;
-        if x < v(mav) {
+        if x < v[mav] {
             mu = mav;
         } else {
             ml = mav;
         }
     }
-    if x - v(mu - 1) < v(mu) - x {
-        (mu - 1) as u8
-    } else {
-        mu as u8
+    (mu - usize::from(x - v[mu - 1] < v[mu] - x)) as u8
+}
+
+/// The IQ4 sub-block scale search of ggml's `quantize_row_iq4_nl_impl` (weight x², `ntry = 7`)
+/// for `L` sub-blocks of 32 values (sub-block k is `x[32*k..][..32]`): the least-squares scale
+/// of the codebook fit at 16 trial inverse scales around `-127 / max`. Zero sub-blocks get 0.
+/// Lanes are sub-blocks, each running ggml's exact float sequence (see [`QkxSearch::run`]).
+pub(super) fn iq4_sub_scales<const L: usize>(x: &[f32]) -> [f32; L] {
+    const NTRY: i32 = 7;
+    let xt: [[f32; L]; 32] = std::array::from_fn(|i| std::array::from_fn(|k| x[32 * k + i]));
+    let (mut amax, mut max) = ([0f32; L], [0f32; L]);
+    for row in &xt {
+        for k in 0..L {
+            if row[k].abs() > amax[k] {
+                (amax[k], max[k]) = (row[k].abs(), row[k]);
+            }
+        }
     }
+    let fit = |id: &[f32; L]| {
+        let (mut sqx, mut sq2) = ([0f32; L], [0f32; L]);
+        for row in &xt {
+            for k in 0..L {
+                let v = row[k];
+                let q = IQ4_F32[usize::from(best_index_iq4(id[k] * v))];
+                let w = v * v;
+                sqx[k] += w * q * v;
+                sq2[k] += w * q * q;
+            }
+        }
+        (sqx, sq2)
+    };
+    let values0 = f32::from(IQ4_NL_VALUES[0]);
+    let (sumqx, sumq2) = fit(&std::array::from_fn(|k| 1.0 / (-max[k] / values0)));
+    let mut d: [f32; L] = std::array::from_fn(|k| {
+        if sumq2[k] > 0.0 {
+            sumqx[k] / sumq2[k]
+        } else {
+            0.0
+        }
+    });
+    let mut best: [f32; L] = std::array::from_fn(|k| d[k] * sumqx[k]);
+    for itry in -NTRY..=NTRY {
+        let id = std::array::from_fn(|k| (itry + i32::from(IQ4_NL_VALUES[0])) as f32 / max[k]);
+        let (sumqx, sumq2) = fit(&id);
+        for k in 0..L {
+            if sumq2[k] > 0.0 && sumqx[k] * sumqx[k] > best[k] * sumq2[k] {
+                d[k] = sumqx[k] / sumq2[k];
+                best[k] = d[k] * sumqx[k];
+            }
+        }
+    }
+    std::array::from_fn(|k| if amax[k] < GROUP_MAX_EPS { 0.0 } else { d[k] })
 }
