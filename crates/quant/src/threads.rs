@@ -187,7 +187,7 @@ fn worker_loop(sh: &Shared, ith: usize) {
                 break g;
             }
             spins = spins.wrapping_add(1);
-            if spins % 256 != 0 || start.elapsed() < SPIN_BEFORE_PARK {
+            if spins & 255 != 0 || start.elapsed() < SPIN_BEFORE_PARK {
                 std::hint::spin_loop();
                 continue;
             }

@@ -335,3 +335,94 @@ fn unavailable_paths_are_refused() {
     }
     assert!(quant::kernels::isa().available());
 }
+
+#[test]
+fn matmul_multi_equals_one_matmul_per_matrix() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let cols = 512;
+    let specs = [
+        (GgmlType::Q4K, 40usize),
+        (GgmlType::Q6K, 9),
+        (GgmlType::Q4K, 17),
+    ];
+    let ws: Vec<Vec<u8>> = specs
+        .iter()
+        .map(|&(ty, rows)| random_row(&mut rng, ty, rows * cols))
+        .collect();
+    let mats: Vec<MatRef> = specs
+        .iter()
+        .zip(&ws)
+        .map(|(&(ty, rows), data)| MatRef {
+            ty,
+            data,
+            rows,
+            cols,
+        })
+        .collect();
+    for isa in Isa::all_available() {
+        for m in [1usize, 3, 8, 19] {
+            let x = random_f32(&mut rng, m * cols);
+            let mut outs: Vec<Vec<f32>> = specs
+                .iter()
+                .map(|&(_, rows)| vec![0f32; m * rows])
+                .collect();
+            let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            quant::kernels::matmul_multi_with(isa, &pool, &mats, &x, m, &mut ys, &mut scratch)
+                .unwrap();
+            for (mat, got) in mats.iter().zip(&outs) {
+                let mut want = vec![0f32; m * mat.rows];
+                matmul_with(isa, &pool, *mat, &x, m, &mut want, &mut scratch).unwrap();
+                assert_eq!(got, &want, "{isa} {} m={m}", mat.ty);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_multi_refuses_mixed_activation_formats_and_widths() {
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let (a, b) = (vec![0u8; 144 * 2], vec![0u8; 34 * 16]);
+    let q4k = MatRef {
+        ty: GgmlType::Q4K,
+        data: &a,
+        rows: 1,
+        cols: 512,
+    };
+    let q8 = MatRef {
+        ty: GgmlType::Q8_0,
+        data: &b,
+        rows: 1,
+        cols: 512,
+    };
+    let x = vec![0f32; 512];
+    let (mut y0, mut y1) = (vec![0f32; 1], vec![0f32; 1]);
+    let r = quant::kernels::matmul_multi(
+        &pool,
+        &[q4k, q8],
+        &x,
+        1,
+        &mut [&mut y0, &mut y1],
+        &mut scratch,
+    );
+    assert!(matches!(r, Err(KernelError::Mixed { .. })), "{r:?}");
+    let narrow = MatRef {
+        ty: GgmlType::Q4K,
+        data: &a[..144],
+        rows: 1,
+        cols: 256,
+    };
+    let r = quant::kernels::matmul_multi(
+        &pool,
+        &[q4k, narrow],
+        &x,
+        1,
+        &mut [&mut y0, &mut y1],
+        &mut scratch,
+    );
+    assert!(matches!(r, Err(KernelError::Len { .. })), "{r:?}");
+    let r = quant::kernels::matmul_multi(&pool, &[], &x, 1, &mut [], &mut scratch);
+    assert!(matches!(r, Err(KernelError::Len { .. })), "{r:?}");
+}

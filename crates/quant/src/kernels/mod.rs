@@ -25,19 +25,20 @@
 //! - IQ4_XS (136 B / 256): d f16 @0, scales_h u16 @2, scales_l[4] @4, qs[128] @8
 //! - Q8_K (292 B / 256): d f32 @0, qs i8[256] @4, bsums i16[16] @260 (Σ of each 16 qs)
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::threads::ThreadPool;
 use crate::GgmlType;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
+
+pub use matmul::{matmul, matmul_multi, matmul_multi_with, matmul_with, MAX_MULTI};
 
 /// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
 pub const TILE: usize = 8;
@@ -164,6 +165,8 @@ pub enum KernelError {
         expected: usize,
         got: usize,
     },
+    /// Matrices in one `matmul_multi` need different activation formats.
+    Mixed { first: GgmlType, other: GgmlType },
 }
 
 impl std::fmt::Display for KernelError {
@@ -195,6 +198,13 @@ impl std::fmt::Display for KernelError {
                     "{what} has {got} elements but the shapes need {expected}"
                 )
             }
+            KernelError::Mixed { first, other } => write!(
+                f,
+                "matmul_multi needs one activation format for all matrices, but {first} dots \
+                 with {} and {other} with {}; call matmul for each instead",
+                vec_dot_type(*first),
+                vec_dot_type(*other)
+            ),
         }
     }
 }
@@ -239,7 +249,7 @@ pub(crate) struct DotKernels {
 }
 
 /// Dot kernels for `ty` on `isa`, falling back to the next older path for types a path lacks.
-fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
+pub(crate) fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
     let own = match isa {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
@@ -255,7 +265,7 @@ fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
 }
 
 /// Activation quantizer into `vdt` on `isa` (`None` for F32, which needs no quantization).
-fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
+pub(crate) fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
     let own = match isa {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
@@ -270,7 +280,7 @@ fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
     own.or_else(|| scalar::quantizer(vdt))
 }
 
-fn check_isa(isa: Isa) -> Result<(), KernelError> {
+pub(crate) fn check_isa(isa: Isa) -> Result<(), KernelError> {
     if isa.available() {
         Ok(())
     } else {
@@ -279,7 +289,7 @@ fn check_isa(isa: Isa) -> Result<(), KernelError> {
 }
 
 /// Bytes of one activation row of `cols` values in `vdt`, checking block alignment.
-fn act_row_bytes(vdt: GgmlType, cols: usize) -> Result<usize, KernelError> {
+pub(crate) fn act_row_bytes(vdt: GgmlType, cols: usize) -> Result<usize, KernelError> {
     vdt.row_bytes(cols).ok_or(KernelError::PartialBlock {
         ty: vdt,
         cols,
@@ -287,7 +297,11 @@ fn act_row_bytes(vdt: GgmlType, cols: usize) -> Result<usize, KernelError> {
     })
 }
 
-fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), KernelError> {
     if expected == got {
         Ok(())
     } else {
@@ -362,7 +376,7 @@ pub fn vec_dot_tile_with(
     Ok(unsafe { (k.dot_tile)(n, w, x, stride) })
 }
 
-fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
+pub(crate) fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
     ty.row_bytes(n).ok_or(KernelError::PartialBlock {
         ty,
         cols: n,
@@ -370,146 +384,8 @@ fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
     })
 }
 
-/// `y[t*rows + r] = Σ_k W[r,k] · x[t*cols + k]` for `t in 0..m`, on this process's kernel path.
-/// `x` is `[m][cols]` f32, `y` is `[m][rows]` f32; both must be exactly that long. Activations are
-/// quantized once into `scratch` (grown only when too small) and rows are split across `pool`.
-pub fn matmul(
-    pool: &ThreadPool,
-    w: MatRef,
-    x: &[f32],
-    m: usize,
-    y: &mut [f32],
-    scratch: &mut Vec<u8>,
-) -> Result<(), KernelError> {
-    matmul_with(isa(), pool, w, x, m, y, scratch)
-}
-
-/// A pointer the worker threads share; each writes only the part it claimed.
-#[derive(Clone, Copy)]
-struct SharedMut<T>(*mut T);
-// SAFETY: used only to hand disjoint parts of one buffer to the pool's threads (see each use).
-unsafe impl<T> Sync for SharedMut<T> {}
-unsafe impl<T> Send for SharedMut<T> {}
-
-/// [`matmul`] on an explicit kernel path (for tests and benchmarks).
-pub fn matmul_with(
-    isa: Isa,
-    pool: &ThreadPool,
-    w: MatRef,
-    x: &[f32],
-    m: usize,
-    y: &mut [f32],
-    scratch: &mut Vec<u8>,
-) -> Result<(), KernelError> {
-    check_isa(isa)?;
-    let MatRef {
-        ty,
-        data,
-        rows,
-        cols,
-    } = w;
-    let k = dot_kernels(isa, ty).ok_or(KernelError::Unsupported(ty))?;
-    let w_row = row_bytes(ty, cols)?;
-    let vdt = vec_dot_type(ty);
-    let x_row = act_row_bytes(vdt, cols)?;
-    check_len(
-        "weight data (bytes)",
-        rows.saturating_mul(w_row),
-        data.len(),
-    )?;
-    check_len("x", m.saturating_mul(cols), x.len())?;
-    check_len("y", m.saturating_mul(rows), y.len())?;
-    if m == 0 || rows == 0 {
-        return Ok(());
-    }
-    let nth = pool.n_threads();
-
-    // Activations in the partner format: f32 weights read x directly.
-    let acts: &[u8] = match quantizer(isa, vdt) {
-        None => f32_bytes(x),
-        Some(q) => {
-            let need = m * x_row;
-            if scratch.len() < need {
-                scratch.resize(need, 0);
-            }
-            let dst = &mut scratch[..need];
-            if m < 2 * nth || cols * m < 1 << 15 {
-                for (xr, dr) in x.chunks_exact(cols).zip(dst.chunks_exact_mut(x_row)) {
-                    // SAFETY: ISA checked; xr is `cols` values (whole blocks), dr one row.
-                    unsafe { q(xr, dr) };
-                }
-            } else {
-                let base = SharedMut(dst.as_mut_ptr());
-                pool.run(|ith, nth| {
-                    let base = base;
-                    for t in (ith..m).step_by(nth) {
-                        // SAFETY: thread `ith` writes only rows t ≡ ith (mod nth) of `dst`,
-                        // which outlives the run; rows are disjoint.
-                        let dr =
-                            unsafe { std::slice::from_raw_parts_mut(base.0.add(t * x_row), x_row) };
-                        // SAFETY: as above; ISA checked, whole blocks.
-                        unsafe { q(&x[t * cols..(t + 1) * cols], dr) };
-                    }
-                });
-            }
-            &scratch[..need]
-        }
-    };
-
-    // Row chunks, claimed dynamically so a descheduled thread does not hold up the others.
-    let chunk_rows = if m < TILE {
-        (rows / (nth * 8)).clamp(8, 256)
-    } else {
-        16
-    };
-    let n_chunks = rows.div_ceil(chunk_rows);
-    let next = AtomicUsize::new(0);
-    let out = SharedMut(y.as_mut_ptr());
-    let work = |_ith: usize, _nth: usize| {
-        let out = out;
-        loop {
-            let chunk = next.fetch_add(1, Ordering::Relaxed);
-            if chunk >= n_chunks {
-                break;
-            }
-            let r0 = chunk * chunk_rows;
-            let r1 = (r0 + chunk_rows).min(rows);
-            let mut t = 0;
-            while t + TILE <= m {
-                let xt = &acts[t * x_row..(t + TILE) * x_row];
-                for r in r0..r1 {
-                    let wr = &data[r * w_row..(r + 1) * w_row];
-                    // SAFETY: ISA checked; wr one full row, xt TILE rows at stride x_row.
-                    let v = unsafe { (k.dot_tile)(cols, wr, xt, x_row) };
-                    for (c, v) in v.into_iter().enumerate() {
-                        // SAFETY: rows r0..r1 belong to this chunk alone; index < m*rows.
-                        unsafe { *out.0.add((t + c) * rows + r) = v };
-                    }
-                }
-                t += TILE;
-            }
-            for t in t..m {
-                let xt = &acts[t * x_row..(t + 1) * x_row];
-                for r in r0..r1 {
-                    let wr = &data[r * w_row..(r + 1) * w_row];
-                    // SAFETY: ISA checked; full rows.
-                    let v = unsafe { (k.dot)(cols, wr, xt) };
-                    // SAFETY: rows r0..r1 belong to this chunk alone; index < m*rows.
-                    unsafe { *out.0.add(t * rows + r) = v };
-                }
-            }
-        }
-    };
-    if n_chunks == 1 || nth == 1 {
-        work(0, 1);
-    } else {
-        pool.run(work);
-    }
-    Ok(())
-}
-
 /// The bytes of an f32 slice (little-endian on every target snug supports).
-fn f32_bytes(x: &[f32]) -> &[u8] {
+pub(crate) fn f32_bytes(x: &[f32]) -> &[u8] {
     // SAFETY: any f32 bit pattern is valid bytes; u8 has alignment 1; same allocation and size.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
