@@ -175,6 +175,22 @@ GGML_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1, T.Q2_K, T.Q3_K, T.
               T.Q6_K, T.Q8_K, T.IQ4_NL, T.IQ4_XS]
 
 
+# Real weights appended to the ggml quantizer inputs: heavy tails and per-channel scales that
+# seeded normals lack. (alias, tensor, rows): first 256 values of each row, as gguf-py dequantizes
+# them.
+REAL_ROWS = ("qwen2.5-coder-0.5b", "blk.0.ffn_down.weight", 4)
+
+
+def real_rows() -> np.ndarray:
+    alias, name, n_rows = REAL_ROWS
+    path = model_path(alias)
+    if not path.exists():
+        sys.exit(f"{path} is missing: run `snug pull {alias}` first (needed for --ggml-lib)")
+    t = next(t for t in gguf.GGUFReader(path).tensors if t.name == name)
+    rows = t.data.reshape(-1, t.data.shape[-1])[:n_rows]
+    return gguf.quants.dequantize(rows, T(t.tensor_type)).reshape(n_rows, -1)[:, :256].astype(np.float32)
+
+
 def gen_ggml(rng: np.random.Generator, lib_path: Path) -> dict:
     """Quantize seeded rows with llama.cpp's reference quantizers (`quantize_row_*_ref`, the
     path llama-quantize takes without an importance matrix). IQ4_NL is the exception: its
@@ -183,13 +199,14 @@ def gen_ggml(rng: np.random.Generator, lib_path: Path) -> dict:
     import ctypes
 
     lib = ctypes.CDLL(str(lib_path))
+    real = real_rows()
     entries = []
     for qtype in GGML_TYPES:
         block_size, type_size = quant_size(qtype)
         x = quantize_input(rng, 8, 256)
         x[1] *= 1e-4  # a row of small weights, as in late layers
         x[2] *= 30.0  # and one of large ones
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        x = np.ascontiguousarray(np.vstack([x, real]), dtype=np.float32)
         out = np.zeros(x.size // block_size * type_size, dtype=np.uint8)
         name = qtype.name.lower()
         if qtype == T.IQ4_NL:
@@ -211,7 +228,10 @@ def gen_ggml(rng: np.random.Generator, lib_path: Path) -> dict:
         entries.append({"type": qtype.name, "id": int(qtype), "n_values": int(x.size),
                         "source": source, "files": files})
         print(f"ggml     {qtype.name:8} {x.size:5} values")
+    alias, name, n_rows = REAL_ROWS
     return {"lib": lib_path.name, "lib_sha256": hashlib.sha256(lib_path.read_bytes()).hexdigest(),
+            "inputs": f"rows 0-7 seeded normals with edge cases; rows 8-{7 + n_rows}: first 256 values "
+                      f"of rows 0-{n_rows - 1} of {name} in {alias}, dequantized by gguf-py",
             "quantize": entries}
 
 
@@ -282,7 +302,8 @@ def main() -> None:
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     if args.ggml_lib:
         ggml = gen_ggml(np.random.default_rng(SEED + 1), args.ggml_lib)
-        ggml = {"provenance": {**provenance, "ggml": args.ggml_version, **{k: ggml[k] for k in ("lib", "lib_sha256")}},
+        ggml = {"provenance": {**provenance, "ggml": args.ggml_version,
+                               **{k: ggml[k] for k in ("lib", "lib_sha256", "inputs")}},
                 "quantize": ggml["quantize"]}
         (OUT / "manifest_ggml.json").write_text(json.dumps(ggml, indent=1) + "\n")
     if args.models:
