@@ -12,13 +12,44 @@ use serde::{Deserialize, Serialize};
 
 use crate::Tokenizer;
 
-/// The template used when the GGUF has no `tokenizer.chat_template`: ChatML, as llama.cpp
-/// falls back to. It renders `<|im_start|>{role}\n{content}<|im_end|>\n` per message and
-/// `<|im_start|>assistant\n` when a generation prompt is asked for.
+/// The fallback template for a GGUF without `tokenizer.chat_template` whose vocabulary has no
+/// Gemma turn tokens: ChatML, as llama.cpp falls back to. It renders
+/// `<|im_start|>{role}\n{content}<|im_end|>\n` per message and `<|im_start|>assistant\n` when a
+/// generation prompt is asked for.
 pub const CHATML_FALLBACK: &str = "{%- for message in messages -%}\
 {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\
 {%- endfor -%}\
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/// The fallback for vocabularies with `<start_of_turn>`/`<end_of_turn>` (Gemma GGUFs converted
+/// without a template, e.g. gemma3-270m): Google's Gemma 3 template for text messages — a system
+/// message is prefixed to the first user turn, `assistant` is called `model`, roles must
+/// alternate.
+pub const GEMMA_FALLBACK: &str = r#"{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {{- message['content'] | trim }}
+    {{- '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"#;
 
 /// One chat message. `extra` carries everything else a template may read: `tool_calls`,
 /// `tool_call_id`, `name`, `reasoning_content`...
@@ -65,12 +96,23 @@ pub struct ChatTemplate {
 const NAME: &str = "chat";
 
 impl ChatTemplate {
-    /// The model's `tokenizer.chat_template`, or [`CHATML_FALLBACK`] when it has none.
+    /// The model's `tokenizer.chat_template`. Without one: [`GEMMA_FALLBACK`] when the
+    /// vocabulary has Gemma's turn tokens, else [`CHATML_FALLBACK`] (see
+    /// [`ChatTemplate::is_fallback`]).
     pub fn from_gguf(f: &gguf::GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, ChatError> {
         match f.get_str("tokenizer.chat_template") {
             Some(src) => ChatTemplate::new(src, tok),
             None => {
-                let mut t = ChatTemplate::new(CHATML_FALLBACK, tok)?;
+                let gemma = tok.token_id("<start_of_turn>").is_some()
+                    && tok.token_id("<end_of_turn>").is_some();
+                let mut t = ChatTemplate::new(
+                    if gemma {
+                        GEMMA_FALLBACK
+                    } else {
+                        CHATML_FALLBACK
+                    },
+                    tok,
+                )?;
                 t.is_fallback = true;
                 Ok(t)
             }
@@ -105,7 +147,7 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// True when the model had no template and [`CHATML_FALLBACK`] is in use.
+    /// True when the model had no template and a built-in fallback is in use.
     pub fn is_fallback(&self) -> bool {
         self.is_fallback
     }

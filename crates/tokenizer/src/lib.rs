@@ -21,7 +21,7 @@ mod vocab;
 
 use std::collections::HashMap;
 
-pub use chat::{ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK};
+pub use chat::{ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK};
 pub use pretok::PreType;
 pub use stream::StreamDecoder;
 pub use vocab::{attr, SpecialIds, TokenType};
