@@ -71,8 +71,8 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
         let path = hub::model_path(alias);
         assert!(
             path.exists(),
-            "{} is missing: fetch the test models first (`cargo run -p cli -- pull {alias}`, or \
-             `.ci/run` which pulls all three)",
+            "{} is missing: fetch the test models first \
+             (`cargo run --release -p snug -- pull {alias}`, or `.ci/run`, which pulls all three)",
             path.display()
         );
         let file =
