@@ -2,7 +2,11 @@
 //! cycled through copies larger than L3 so they stream from DRAM as in a real decode) and
 //! GFLOP/s for prefill gemm (m = 512), beside this machine's plain read bandwidth.
 //!
-//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [threads=N] [isa=avx2] [reps=N]`
+//! `hot` mode times one thread on weights that stay in L2, by CPU time: the kernel's compute
+//! cost alone, which must stay under the DRAM budget (~8 GB/s per core) for decode to be
+//! bandwidth-bound.
+//!
+//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [hot] [threads=N] [isa=avx2] [reps=N]`
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +100,36 @@ fn read_bandwidth(pool: &ThreadPool) -> f64 {
     median(runs)
 }
 
+/// One thread, 64 rows (≤ 170 KB, L2-resident) dotted over and over: compute cost per byte.
+fn hot(path: Isa, ty: GgmlType, cols: usize) {
+    let pool = ThreadPool::new(1);
+    let rows = 64;
+    let w = weights(ty, rows, cols, 11);
+    let x: Vec<f32> = (0..cols).map(|k| ((k % 13) as f32 - 6.0) * 0.1).collect();
+    let mut y = vec![0f32; rows];
+    let mut scratch = Vec::new();
+    let mat = MatRef {
+        ty,
+        data: &w,
+        rows,
+        cols,
+    };
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let c = thread_cpu_ns();
+        let iters = 2000;
+        for _ in 0..iters {
+            matmul_with(path, &pool, mat, &x, 1, &mut y, &mut scratch).unwrap();
+        }
+        runs.push((w.len() * iters) as f64 / (thread_cpu_ns() - c).max(1) as f64);
+    }
+    let gbs = median(runs);
+    let block_ns = ty.type_size() as f64 / gbs;
+    println!(
+        "hot  {ty:>5} 64x{cols:<5} (L2)  {gbs:6.1} GB per CPU-second  {block_ns:6.2} ns/block"
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -110,8 +144,9 @@ fn main() {
     let path = arg("isa")
         .and_then(|v| Isa::ALL.into_iter().find(|i| i.name() == v))
         .unwrap_or_else(isa);
+    let modes = ["gemv", "gemm", "hot"];
     let want =
-        |k: &str| args.iter().any(|a| a == k) || !args.iter().any(|a| a == "gemv" || a == "gemm");
+        |k: &str| args.iter().any(|a| a == k) || !args.iter().any(|a| modes.contains(&a.as_str()));
     let only: Option<String> = arg("type");
     let pool = ThreadPool::new(threads);
     let mut scratch = Vec::new();
@@ -155,6 +190,9 @@ fn main() {
                 bytes as f64 / gbs / 1e3,
                 median(cpu_runs)
             );
+        }
+        if want("hot") && label.ends_with("q/o") {
+            hot(path, ty, cols);
         }
         if want("gemm") {
             let m = 512;

@@ -16,12 +16,46 @@ use crate::GgmlType;
 
 // --- small helpers ------------------------------------------------------------------------------
 
-/// f16 at `p` as f32.
+/// The four f16 at `p..p + 8` as f32 lanes. Inline asm on purpose: converting one f16 through
+/// intrinsics compiles to a 16-bit `vpinsrw` into lane 0 that merges into whatever register LLVM
+/// picks (often the loop's accumulator), chaining every block to the previous one (measured 3×
+/// slower); `vcvtph2ps` from memory writes a fresh register.
+///
+/// # Safety
+/// 8 bytes at `p` are readable and the CPU has F16C.
+#[inline(always)]
+unsafe fn f16x4_at(p: *const u8) -> __m128 {
+    let v: __m128;
+    // SAFETY: forwarded contract; the instruction only reads those 8 bytes.
+    unsafe {
+        std::arch::asm!(
+            "vcvtph2ps {v}, qword ptr [{p}]",
+            p = in(reg) p,
+            v = out(xmm_reg) v,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+    v
+}
+
+/// The two f16 at `p` and `p + 2` (8 readable bytes at `p`) as f32.
+#[inline(always)]
+unsafe fn f16x2_at(p: *const u8) -> (f32, f32) {
+    let v = f16x4_at(p);
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The f16 at `p` (8 readable bytes at `p`) as f32.
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
-        p.cast::<u16>().read_unaligned() as i32,
-    )))
+    _mm_cvtss_f32(f16x4_at(p))
+}
+
+/// The f16 that ends a block at `p + 2` (8 readable bytes end there) as f32.
+#[inline(always)]
+unsafe fn f16_end_at(p: *const u8) -> f32 {
+    let v = f16x4_at(p.sub(6));
+    _mm_cvtss_f32(_mm_permute_ps::<0b11>(v))
 }
 
 #[inline(always)]
@@ -394,7 +428,8 @@ impl LegacyUnsigned for Q4_1W {
     const BYTES: usize = 20;
     #[inline(always)]
     unsafe fn decode(b: *const u8) -> (f32, f32, __m256i) {
-        (f16_at(b), f16_at(b.add(2)), nibbles_32(b.add(4)))
+        let (d, m) = f16x2_at(b);
+        (d, m, nibbles_32(b.add(4)))
     }
 }
 
@@ -403,11 +438,8 @@ impl LegacyUnsigned for Q5_1W {
     #[inline(always)]
     unsafe fn decode(b: *const u8) -> (f32, f32, __m256i) {
         let hi = _mm256_and_si256(bits_32(b.add(4)), _mm256_set1_epi8(0x10));
-        (
-            f16_at(b),
-            f16_at(b.add(2)),
-            _mm256_or_si256(nibbles_32(b.add(8)), hi),
-        )
+        let (d, m) = f16x2_at(b);
+        (d, m, _mm256_or_si256(nibbles_32(b.add(8)), hi))
     }
 }
 
@@ -426,9 +458,9 @@ pub(super) unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize, const VNN
         for c in 0..C {
             let yb = xp.add(c * xs + 36 * i);
             let p = dpbusd::<VNNI>(_mm256_setzero_si256(), qw, load(yb.add(4)));
-            let d = _mm256_set1_ps(dw * f16_at(yb));
-            acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
-            mins[c] += mw * f16_at(yb.add(2));
+            let (yd, ys) = f16x2_at(yb);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(p), acc[c]);
+            mins[c] += mw * ys;
         }
     }
     hsum_all(&acc, mins)
@@ -532,7 +564,7 @@ pub(super) unsafe fn dot_k4<W: K4Like, const C: usize>(
     for i in 0..n / 256 {
         let b = wp.add(i * W::BYTES);
         let y0 = xp.add(292 * i);
-        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
+        let (d, dmin) = f16x2_at(b);
         let sm = k4_scales_mins(b.add(4));
         let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
         let mut sumi = [_mm256_setzero_si256(); C];
@@ -592,12 +624,12 @@ impl K16Like for Q2KW {
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
         let sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(b.cast()));
         let sc = _mm256_and_si256(sm, _mm256_set1_epi16(0xF));
-        (
-            f16_at(b.add(80)),
-            f16_at(b.add(82)),
-            sc,
-            _mm256_srli_epi16::<4>(sm),
-        )
+        let v = f16x4_at(b.add(76)); // lanes 2, 3: d, dmin (the block's last 4 bytes)
+        let dd = (
+            _mm_cvtss_f32(_mm_movehl_ps(v, v)),
+            _mm_cvtss_f32(_mm_permute_ps::<0b11>(v)),
+        );
+        (dd.0, dd.1, sc, _mm256_srli_epi16::<4>(sm))
     }
     #[inline(always)]
     unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
@@ -612,7 +644,7 @@ impl K16Like for Q3KW {
         let s = super::scalar::scales_q3_k(std::slice::from_raw_parts(b.add(96), 12));
         let s8: [i8; 16] = std::array::from_fn(|j| s[j] as i8);
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(s8.as_ptr().cast()));
-        let d = f16_at(b.add(108));
+        let d = f16_end_at(b.add(108));
         // Stored q = u - 4 with u = low 2 bits + 4·hmask bit.
         (d, 4.0 * d, sc, sc)
     }
@@ -630,7 +662,7 @@ impl K16Like for Q6KW {
     #[inline(always)]
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
-        let d = f16_at(b.add(208));
+        let d = f16_end_at(b.add(208));
         // Stored q = u - 32 with u = 4 low bits + 2 high bits.
         (d, 32.0 * d, sc, sc)
     }
