@@ -2,7 +2,7 @@
 //! against plain f32 math on dequantized weights, and typed errors on bad shapes.
 
 use quant::kernels::{
-    matmul_with, quantize_activation_with, vec_dot_tile_with, vec_dot_type, vec_dot_with, Isa,
+    matmul_with, quantize_activation_with, vec_dot_rows_with, vec_dot_type, vec_dot_with, Isa,
     KernelError, MatRef, TILE,
 };
 use quant::threads::ThreadPool;
@@ -132,24 +132,36 @@ fn magnitude(ty: GgmlType, n: usize, w: &[u8], x: &[f32]) -> f32 {
 }
 
 #[test]
-fn every_tile_kernel_matches_single_row_dots() {
+fn every_multi_row_kernel_matches_single_row_dots() {
     let mut rng = StdRng::seed_from_u64(2);
     for isa in Isa::all_available() {
         for ty in TYPES {
-            let n = 3 * ty.block_size().max(vec_dot_type(ty).block_size()).max(16)
-                + if ty.block_size() == 1 { 3 } else { 0 };
+            let block = ty.block_size().max(vec_dot_type(ty).block_size()).max(16);
+            let n = 3 * block + if ty.block_size() == 1 { 3 } else { 0 };
             let w = random_row(&mut rng, ty, n);
-            let xs: Vec<Vec<u8>> = (0..TILE)
-                .map(|_| act_row(ty, &random_f32(&mut rng, n)))
-                .collect();
-            let tile = vec_dot_tile_with(isa, ty, n, &w, &xs.concat()).unwrap();
-            for (c, x) in xs.iter().enumerate() {
-                let one = vec_dot_with(isa, ty, n, &w, x).unwrap();
-                assert!(
-                    close(tile[c], one, one.abs(), 1e-5),
-                    "{isa} {ty} token {c}: {} vs {one}",
-                    tile[c]
-                );
+            for rows in [2, 4, TILE] {
+                let xs: Vec<Vec<u8>> = (0..rows)
+                    .map(|_| act_row(ty, &random_f32(&mut rng, n)))
+                    .collect();
+                let mut got = vec![0f32; rows];
+                vec_dot_rows_with(isa, ty, n, &w, &xs.concat(), &mut got).unwrap();
+                for (c, x) in xs.iter().enumerate() {
+                    let one = vec_dot_with(isa, ty, n, &w, x).unwrap();
+                    // Float kernels sum in a different order per row count.
+                    let xf: Vec<f32> = if vec_dot_type(ty) == GgmlType::F32 {
+                        x.chunks_exact(4)
+                            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                            .collect()
+                    } else {
+                        vec![1.0; n]
+                    };
+                    let scale = magnitude(ty, n, &w, &xf);
+                    assert!(
+                        close(got[c], one, scale, 1e-5),
+                        "{isa} {ty} {rows} rows, row {c}: {} vs {one}",
+                        got[c]
+                    );
+                }
             }
         }
     }

@@ -782,11 +782,21 @@ macro_rules! simd_kernels {
             unsafe { $f::<$($($g,)*)? 1 $(, $vnni)?>(n, w, x, 0)[0] }
         }
         #[target_feature(enable = $feat)]
-        unsafe fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
-            // SAFETY: forwarded contract of DotTileFn.
+        unsafe fn x2(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; 2] {
+            // SAFETY: forwarded contract of DotRowsFn.
+            unsafe { $f::<$($($g,)*)? 2 $(, $vnni)?>(n, w, x, stride) }
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn x4(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; 4] {
+            // SAFETY: forwarded contract of DotRowsFn.
+            unsafe { $f::<$($($g,)*)? 4 $(, $vnni)?>(n, w, x, stride) }
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+            // SAFETY: forwarded contract of DotRowsFn.
             unsafe { $f::<$($($g,)*)? TILE $(, $vnni)?>(n, w, x, stride) }
         }
-        DotKernels { dot, dot_tile }
+        DotKernels { dot, x2, x4, tile }
     }};
 }
 pub(super) use simd_kernels;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{
     act_row_bytes, check_isa, check_len, dot_kernels, f32_bytes, isa, quantizer, row_bytes,
-    vec_dot_type, DotKernels, Isa, KernelError, MatRef, TILE,
+    vec_dot_type, DotKernels, DotRowsFn, Isa, KernelError, MatRef, TILE,
 };
 use crate::threads::ThreadPool;
 
@@ -212,31 +212,51 @@ fn quantize_acts<'a>(
 }
 
 /// Rows `r0..r1` of part `p` against all `m` activation rows: [`TILE`] tokens at a time, then
-/// the remaining tokens one by one.
+/// the rest in groups of 4, 2 and 1, so each weight row is read once per group.
 fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize, cols: usize) {
-    let (k, rows, w_row, out) = (p.k, p.rows, p.w_row, p.out);
     let mut t = 0;
-    while t + TILE <= m {
-        let xt = &acts[t * x_row..(t + TILE) * x_row];
-        for r in r0..r1 {
-            let wr = &p.data[r * w_row..(r + 1) * w_row];
-            // SAFETY: ISA checked; wr one full row, xt TILE rows at stride x_row.
-            let v = unsafe { (k.dot_tile)(cols, wr, xt, x_row) };
-            for (c, v) in v.into_iter().enumerate() {
-                // SAFETY: rows r0..r1 of this part belong to this chunk alone; index < m*rows.
-                unsafe { *out.0.add((t + c) * rows + r) = v };
+    while t < m {
+        t += match m - t {
+            left if left >= TILE => sweep(p, p.k.tile, r0, r1, acts, x_row, t, cols),
+            left if left >= 4 => sweep(p, p.k.x4, r0, r1, acts, x_row, t, cols),
+            left if left >= 2 => sweep(p, p.k.x2, r0, r1, acts, x_row, t, cols),
+            _ => {
+                let xt = &acts[t * x_row..(t + 1) * x_row];
+                for r in r0..r1 {
+                    let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
+                    // SAFETY: ISA checked by matmul; full rows.
+                    let v = unsafe { (p.k.dot)(cols, wr, xt) };
+                    // SAFETY: rows r0..r1 of this part belong to this chunk alone; t < m.
+                    unsafe { *p.out.0.add(t * p.rows + r) = v };
+                }
+                1
             }
-        }
-        t += TILE;
+        };
     }
-    for t in t..m {
-        let xt = &acts[t * x_row..(t + 1) * x_row];
-        for r in r0..r1 {
-            let wr = &p.data[r * w_row..(r + 1) * w_row];
-            // SAFETY: ISA checked; full rows.
-            let v = unsafe { (k.dot)(cols, wr, xt) };
-            // SAFETY: rows r0..r1 of this part belong to this chunk alone; index < m*rows.
-            unsafe { *out.0.add(t * rows + r) = v };
+}
+
+/// Rows `r0..r1` of part `p` · activation rows `t..t + N` through `f`; returns `N`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn sweep<const N: usize>(
+    p: &Part,
+    f: DotRowsFn<N>,
+    r0: usize,
+    r1: usize,
+    acts: &[u8],
+    x_row: usize,
+    t: usize,
+    cols: usize,
+) -> usize {
+    let xt = &acts[t * x_row..(t + N) * x_row];
+    for r in r0..r1 {
+        let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
+        // SAFETY: ISA checked by matmul; wr one full row, xt N full rows at stride x_row.
+        let v = unsafe { f(cols, wr, xt, x_row) };
+        for (c, v) in v.into_iter().enumerate() {
+            // SAFETY: rows r0..r1 of this part belong to this chunk alone; (t+c) < m, r < rows.
+            unsafe { *p.out.0.add((t + c) * p.rows + r) = v };
         }
     }
+    N
 }

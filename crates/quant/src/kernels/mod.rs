@@ -227,12 +227,13 @@ pub struct MatRef<'a> {
 /// `x` hold at least a full row each.
 pub(crate) type DotFn = unsafe fn(n: usize, w: &[u8], x: &[u8]) -> f32;
 
-/// `dot_tile(n, w, x, stride)`: one weight row · the [`TILE`] activation rows starting at
-/// `x[c * stride]`.
+/// `dot_rows(n, w, x, stride)`: one weight row · the `N` activation rows starting at
+/// `x[c * stride]`, unpacking each weight block once for all `N`.
 ///
 /// # Safety
-/// As [`DotFn`], and `x` holds `(TILE - 1) * stride` bytes plus a full row.
-pub(crate) type DotTileFn = unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE];
+/// As [`DotFn`], and `x` holds `(N - 1) * stride` bytes plus a full row.
+pub(crate) type DotRowsFn<const N: usize> =
+    unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N];
 
 /// Quantize a row of f32 activations into the partner format.
 ///
@@ -241,11 +242,14 @@ pub(crate) type DotTileFn = unsafe fn(n: usize, w: &[u8], x: &[u8], stride: usiz
 /// quantized row.
 pub(crate) type QuantizeFn = unsafe fn(x: &[f32], dst: &mut [u8]);
 
-/// The two shapes of dot kernel for one weight type on one ISA.
+/// The dot kernels of one weight type on one ISA: one activation row, and 2, 4 or [`TILE`]
+/// rows per weight-block unpack (batched decode, prefill tails, prefill).
 #[derive(Clone, Copy)]
 pub(crate) struct DotKernels {
     pub dot: DotFn,
-    pub dot_tile: DotTileFn,
+    pub x2: DotRowsFn<2>,
+    pub x4: DotRowsFn<4>,
+    pub tile: DotRowsFn<TILE>,
 }
 
 /// Dot kernels for `ty` on `isa`, falling back to the next older path for types a path lacks.
@@ -361,19 +365,34 @@ pub fn vec_dot_with(
     Ok(unsafe { (k.dot)(n, w, x) })
 }
 
-/// As [`vec_dot_with`] for [`TILE`] activation rows laid end to end in `x`.
-pub fn vec_dot_tile_with(
+/// As [`vec_dot_with`] for 1, 2, 4 or [`TILE`] activation rows laid end to end in `x`, through
+/// the kernel for that many rows; `out` receives one dot per row.
+pub fn vec_dot_rows_with(
     isa: Isa,
     ty: GgmlType,
     n: usize,
     w: &[u8],
     x: &[u8],
-) -> Result<[f32; TILE], KernelError> {
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let k = row_kernels(isa, ty, n, w)?;
     let stride = act_row_bytes(vec_dot_type(ty), n)?;
-    check_len("activation tile", TILE * stride, x.len())?;
-    // SAFETY: ISA available; `x` holds TILE full rows at `stride`.
-    Ok(unsafe { (k.dot_tile)(n, w, x, stride) })
+    check_len("activation rows", out.len() * stride, x.len())?;
+    // SAFETY (all arms): ISA available; `x` holds out.len() full rows at `stride`.
+    match out.len() {
+        1 => out[0] = unsafe { (k.dot)(n, w, x) },
+        2 => out.copy_from_slice(&unsafe { (k.x2)(n, w, x, stride) }),
+        4 => out.copy_from_slice(&unsafe { (k.x4)(n, w, x, stride) }),
+        TILE => out.copy_from_slice(&unsafe { (k.tile)(n, w, x, stride) }),
+        got => {
+            return Err(KernelError::Len {
+                what: "activation rows (1, 2, 4 or TILE)",
+                expected: TILE,
+                got,
+            })
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {

@@ -66,11 +66,16 @@ macro_rules! neon_kernels {
             // SAFETY: forwarded contract of DotFn (NEON is always present on aarch64).
             unsafe { dot_q8_0_like::<1>($ty, n, w, x, 0)[0] }
         }
-        unsafe fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
-            // SAFETY: forwarded contract of DotTileFn.
-            unsafe { dot_q8_0_like::<TILE>($ty, n, w, x, stride) }
+        unsafe fn rows<const N: usize>(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N] {
+            // SAFETY: forwarded contract of DotRowsFn.
+            unsafe { dot_q8_0_like::<N>($ty, n, w, x, stride) }
         }
-        DotKernels { dot, dot_tile }
+        DotKernels {
+            dot,
+            x2: rows::<2>,
+            x4: rows::<4>,
+            tile: rows::<TILE>,
+        }
     }};
 }
 

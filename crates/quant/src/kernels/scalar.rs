@@ -371,15 +371,17 @@ pub(crate) fn dot_iq4_xs(n: usize, w: &[u8], x: &[u8]) -> f32 {
         .sum()
 }
 
-/// Wrap scalar `dot`s into a [`DotKernels`] (the tile kernel just loops over the tile).
+/// Wrap scalar `dot`s into a [`DotKernels`] (the multi-row kernels just loop over the rows).
 macro_rules! scalar_kernels {
     ($dot:ident) => {{
-        fn dot_tile(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; TILE] {
+        fn rows<const N: usize>(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N] {
             std::array::from_fn(|c| $dot(n, w, &x[c * stride..]))
         }
         DotKernels {
             dot: $dot,
-            dot_tile,
+            x2: rows::<2>,
+            x4: rows::<4>,
+            tile: rows::<TILE>,
         }
     }};
 }
