@@ -468,6 +468,16 @@ pub(super) unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize, const VNN
 
 // --- K-quants against Q8_K ----------------------------------------------------------------------
 
+/// `n`, hidden from the optimizer when `C > 1` (see the use in the K-quant kernels).
+#[inline(always)]
+fn sub_blocks<const C: usize>(n: usize) -> usize {
+    if C > 1 {
+        std::hint::black_box(n)
+    } else {
+        n
+    }
+}
+
 /// Shuffle that broadcasts i16 lane `i` of a 128-bit register into every i16 of both halves.
 #[inline(always)]
 unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
@@ -503,6 +513,28 @@ unsafe fn k4_mins16(sm: __m256i) -> __m256i {
         8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15,
     );
     _mm256_shuffle_epi8(m, ctrl)
+}
+
+/// End of one K-quant block for each activation row c (Q8_K block at `y0 + c·xs`):
+/// `acc[c] += yd_c · (d·sumi[c] − bias_mul·Σ_k bias16[k]·bsums_c[k])`, the weight scales
+/// broadcast once per block and each row's scale loaded straight into a broadcast.
+#[inline(always)]
+unsafe fn block_epilogue<const C: usize>(
+    acc: &mut [__m256; C],
+    sumi: &[__m256i; C],
+    y0: *const u8,
+    xs: usize,
+    d: f32,
+    bias_mul: f32,
+    bias16: __m256i,
+) {
+    let (dv, bv) = (_mm256_set1_ps(d), _mm256_set1_ps(bias_mul));
+    for c in 0..C {
+        let y = y0.add(c * xs);
+        let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bias16, load(y.add(260))));
+        let t = _mm256_fnmadd_ps(bv, bias, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(sumi[c])));
+        acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*y.cast::<f32>()), t, acc[c]);
+    }
 }
 
 /// A Q4_K or Q5_K block: the 8 unsigned 32-value groups (pairs per 64), read one 64 at a time.
@@ -568,7 +600,9 @@ pub(super) unsafe fn dot_k4<W: K4Like, const C: usize>(
         let sm = k4_scales_mins(b.add(4));
         let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
         let mut sumi = [_mm256_setzero_si256(); C];
-        for j in 0..4 {
+        // An opaque trip count keeps LLVM from unrolling and interleaving the sub-blocks, which
+        // needs more than 16 registers with an 8-row tile and spills (measured with llvm-mca).
+        for j in 0..sub_blocks::<C>(4) {
             let (ql, qh) = W::pair(b, j);
             let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
             for c in 0..C {
@@ -580,13 +614,7 @@ pub(super) unsafe fn dot_k4<W: K4Like, const C: usize>(
         }
         // Min term Σ_k bsums[k] · min[k/2], kept in 8 lanes until the end.
         let mins16 = k4_mins16(sm);
-        for c in 0..C {
-            let y = y0.add(c * xs);
-            let yd = y.cast::<f32>().read_unaligned();
-            let mn = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, load(y.add(260))));
-            let a = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), mn, a);
-        }
+        block_epilogue(&mut acc, &sumi, y0, xs, d, dmin, mins16);
     }
     hsum_all(&acc, [0.0; C])
 }
@@ -694,7 +722,8 @@ pub(super) unsafe fn dot_k16<W: K16Like, const C: usize>(
         let y0 = xp.add(292 * i);
         let (d, bias_mul, sc16, bias16) = W::header(b);
         let mut sumi = [_mm256_setzero_si256(); C];
-        for h in 0..2 {
+        // Opaque trip count: see dot_k4.
+        for h in 0..sub_blocks::<C>(2) {
             for k in 0..4 {
                 let q = W::values(b, h, k);
                 // Values 128h + 32k + l: scale 8h + 2k for l < 16, 8h + 2k + 1 above.
@@ -706,13 +735,7 @@ pub(super) unsafe fn dot_k16<W: K16Like, const C: usize>(
                 }
             }
         }
-        for c in 0..C {
-            let y = y0.add(c * xs);
-            let yd = y.cast::<f32>().read_unaligned();
-            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bias16, load(y.add(260))));
-            let a = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(bias_mul * yd), bias, a);
-        }
+        block_epilogue(&mut acc, &sumi, y0, xs, d, bias_mul, bias16);
     }
     hsum_all(&acc, [0.0; C])
 }
