@@ -1,9 +1,16 @@
 //! The `snug` binary: a thin layer that parses flags into typed configs and calls the library
 //! crates. One module per verb.
 
+mod cmd_bench;
+mod cmd_chat;
+mod cmd_eval;
 mod cmd_inspect;
+mod cmd_perplexity;
 mod cmd_pull;
+mod cmd_run;
 mod cmd_synth;
+mod cmd_tokenize;
+mod common;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +29,20 @@ enum Command {
     Inspect(cmd_inspect::InspectArgs),
     /// Write a random-weight model with a real shape (qwen2.5-7b, llama-3.1-8b, ...) for benchmarks.
     Synth(cmd_synth::SynthArgs),
+    /// Continue a prompt, streaming the text.
+    Run(cmd_run::RunCmd),
+    /// Talk with a model using its chat template.
+    Chat(cmd_chat::ChatCmd),
+    /// Measure prompt and generation speed, and decode bandwidth against the machine's.
+    Bench(cmd_bench::BenchCmd),
+    /// Perplexity of a text file (llama-perplexity's method: second half of each chunk).
+    Perplexity(cmd_perplexity::PerplexityCmd),
+    /// Score a prompt and a greedy or forced continuation; JSON like llama.cpp reference dumps.
+    Eval(cmd_eval::EvalCmd),
+    /// Print the token ids (and pieces) of a text, like llama.cpp's llama-tokenize.
+    Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Print the text of token ids.
+    Detokenize(cmd_tokenize::DetokenizeArgs),
 }
 
 fn main() {
@@ -30,6 +51,13 @@ fn main() {
         Command::Pull(a) => cmd_pull::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Run(a) => cmd_run::run(a),
+        Command::Chat(a) => cmd_chat::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
+        Command::Perplexity(a) => cmd_perplexity::run(a),
+        Command::Eval(a) => cmd_eval::run(a),
+        Command::Tokenize(a) => cmd_tokenize::run_tokenize(a),
+        Command::Detokenize(a) => cmd_tokenize::run_detokenize(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

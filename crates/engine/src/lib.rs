@@ -2,8 +2,10 @@
 //! evaluation against reference logits.
 
 pub mod generate;
+pub mod perplexity;
 pub mod sampling;
 
 pub use model::eval::{evaluate, EvalResult, PositionRow};
+pub use perplexity::{perplexity, PerplexityResult};
 pub use generate::{GenStats, GenerateParams, Session, StopReason};
 pub use sampling::{Sampler, SamplerParams};

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use quant::kernels::{matmul, MatRef};
+use half::slice::HalfFloatSliceExt;
 use quant::threads::ThreadPool;
 
 use crate::config::ModelConfig;
@@ -88,7 +89,7 @@ struct Scratch {
     /// quantized activations for matmul
     qbuf: Vec<u8>,
     rope: RopeTable,
-    /// [n_threads][n_ctx] attention scores + [n_threads][head_dim] f32 key row
+    /// per thread: [group][n_ctx] attention scores + [head_dim] f32 key/value row
     attn_tmp: Vec<f32>,
 }
 
@@ -120,7 +121,7 @@ impl Context {
             xo: vec![0.0; ub.min(params.n_outputs_max.max(1)) * c.n_embd],
             qbuf: Vec::with_capacity(ub * c.n_ff.max(c.n_embd) * 2),
             rope: RopeTable::new(c.n_rot),
-            attn_tmp: vec![0.0; nth * (params.n_ctx + c.head_dim)],
+            attn_tmp: vec![0.0; nth * ((c.n_head / c.n_head_kv) * params.n_ctx + c.head_dim)],
         };
         let kv = KvCache::new(c.n_layer, params.n_ctx, c.kv_dim(), params.n_seq_max);
         let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
@@ -284,55 +285,62 @@ fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32
 }
 
 /// Causal (optionally sliding-window) attention of `n` batch tokens against their sequences'
-/// cached keys/values, parallel over (token, head) pairs. `q`: [n][n_head × head_dim] (already
-/// roped), `out`: same shape.
+/// cached keys/values. Work items are (token, KV head) pairs: the `group` query heads sharing a
+/// KV head are handled together, so each cached key/value row is converted from f16 once per
+/// item, not once per query head. `q`: [n][n_head × head_dim] (already roped), `out`: same shape.
 #[allow(clippy::too_many_arguments)]
 fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32], n_ctx: usize) {
     let (hd, kvd) = (c.head_dim, c.kv_dim());
     let group = c.n_head / c.n_head_kv;
     let window = c.layers[il].window;
-    let tmp_stride = n_ctx + hd;
-    let tmp_base = tmp.as_mut_ptr() as usize;
+    let tmp_stride = group * n_ctx + hd;
+    debug_assert!(tmp.len() >= pool.n_threads() * tmp_stride);
     debug_assert_eq!(out.len(), n * c.q_dim());
-    for_each_chunk_mut(pool, out, hd, |ith, item, o| {
-        let (t, h) = (item / c.n_head, item % c.n_head);
-        let kvh = h / group;
+    let tmp_base = tmp.as_mut_ptr() as usize;
+    for_each_chunk_mut(pool, out, group * hd, |ith, item, o| {
+        let (t, kvh) = (item / c.n_head_kv, item % c.n_head_kv);
         let (seq, pos) = (batch.seq[b0 + t], batch.pos[b0 + t]);
         let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let n_keys = pos + 1 - lo;
         let keys = kv.keys(seq, il);
         let vals = kv.values(seq, il);
-        let qh = &q[t * c.q_dim() + h * hd..t * c.q_dim() + (h + 1) * hd];
+        let q0 = t * c.q_dim() + kvh * group * hd;
+        let qg = &q[q0..q0 + group * hd];
         // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats; row `ith` is used only by
         // thread `ith`, one item at a time, and `tmp` is not otherwise touched meanwhile.
         let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
-        let (scores, krow) = row.split_at_mut(n_ctx);
+        let (scores, krow) = row.split_at_mut(group * n_ctx);
         let krow = &mut krow[..hd];
-        let mut max = f32::NEG_INFINITY;
-        for j in lo..=pos {
+        // scores: [group][n_keys]
+        for (jj, j) in (lo..=pos).enumerate() {
             let at = j * kvd + kvh * hd;
-            for (d, s) in krow.iter_mut().zip(&keys[at..at + hd]) {
-                *d = s.to_f32();
+            keys[at..at + hd].convert_to_f32_slice(krow);
+            for g in 0..group {
+                let mut sc = ops::dot(&qg[g * hd..(g + 1) * hd], krow) * c.attn_scale;
+                if let Some(cap) = c.attn_softcap {
+                    sc = cap * (sc / cap).tanh();
+                }
+                scores[g * n_keys + jj] = sc;
             }
-            let mut sc = ops::dot(qh, krow) * c.attn_scale;
-            if let Some(cap) = c.attn_softcap {
-                sc = cap * (sc / cap).tanh();
-            }
-            scores[j] = sc;
-            max = max.max(sc);
         }
-        let mut sum = 0.0;
-        for sc in &mut scores[lo..=pos] {
-            *sc = (*sc - max).exp();
-            sum += *sc;
+        for g in 0..group {
+            let sg = &mut scores[g * n_keys..(g + 1) * n_keys];
+            let max = sg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for sc in sg.iter_mut() {
+                *sc = (*sc - max).exp();
+                sum += *sc;
+            }
+            let inv = 1.0 / sum;
+            sg.iter_mut().for_each(|sc| *sc *= inv);
         }
         o.fill(0.0);
-        for j in lo..=pos {
+        for (jj, j) in (lo..=pos).enumerate() {
             let at = j * kvd + kvh * hd;
-            let p = scores[j] / sum;
-            for (d, s) in krow.iter_mut().zip(&vals[at..at + hd]) {
-                *d = s.to_f32();
+            vals[at..at + hd].convert_to_f32_slice(krow);
+            for g in 0..group {
+                ops::axpy(&mut o[g * hd..(g + 1) * hd], scores[g * n_keys + jj], krow);
             }
-            ops::axpy(o, p, krow);
         }
     });
 }

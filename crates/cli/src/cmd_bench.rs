@@ -1,0 +1,167 @@
+//! `snug bench MODEL`: prompt processing (pp) and generation (tg) speed, like llama-bench, plus
+//! the weight bytes each decoded token streams and this machine's measured read bandwidth, so
+//! decode speed can be read as a fraction of the physical limit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use model::{Batch, Context, ContextParams, Model};
+use quant::threads::ThreadPool;
+use serde_json::json;
+
+use crate::common::{default_threads, load};
+
+#[derive(Args, Debug)]
+pub struct BenchCmd {
+    /// Model alias or .gguf path.
+    pub model: String,
+    /// Prompt tokens processed in one batch (0 skips the prompt test).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens generated one at a time (0 skips the generation test).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test; medians are reported.
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub reps: usize,
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Prompt tokens per forward call.
+    #[arg(long, default_value_t = 512)]
+    pub ubatch: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Bytes of weights one decoded token reads: every layer matrix and the output matrix
+/// (the embedding contributes one row).
+pub fn weight_bytes_per_token(model: &Model) -> u64 {
+    let w = &model.weights;
+    let layers: u64 = w.layers.iter().map(|l| [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down].iter().map(|m| m.len as u64).sum::<u64>()).sum();
+    layers + w.output.len as u64 + w.tok_embd.row_bytes() as u64
+}
+
+/// Median read bandwidth (bytes/s) of a plain parallel sum over a 1 GiB buffer.
+pub fn measure_read_bandwidth(pool: &ThreadPool) -> f64 {
+    const BYTES: usize = 1 << 30;
+    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let sums: Vec<std::sync::atomic::AtomicU64> = (0..pool.n_threads()).map(|_| Default::default()).collect();
+        pool.run(|ith, nth| {
+            let chunk = buf.len().div_ceil(nth);
+            let part = &buf[(ith * chunk).min(buf.len())..((ith + 1) * chunk).min(buf.len())];
+            let mut acc = [0u64; 8];
+            for c in part.chunks_exact(8) {
+                for j in 0..8 {
+                    acc[j] = acc[j].wrapping_add(c[j]);
+                }
+            }
+            sums[ith].store(acc.iter().fold(0u64, |a, &b| a.wrapping_add(b)), std::sync::atomic::Ordering::Relaxed);
+        });
+        std::hint::black_box(&sums);
+        rates.push(BYTES as f64 / t.elapsed().as_secs_f64());
+    }
+    median(&mut rates)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn stats(v: &[f64]) -> serde_json::Value {
+    let mut s = v.to_vec();
+    let med = median(&mut s);
+    json!({"median": med, "min": s[0], "max": s[s.len() - 1], "runs": v})
+}
+
+pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    if cmd.reps == 0 {
+        anyhow::bail!("--reps must be at least 1");
+    }
+    let (model, _tok) = load(&cmd.model)?;
+    let threads = cmd.threads.unwrap_or_else(default_threads);
+    let n_vocab = model.config.n_vocab as u32;
+    let params = ContextParams { n_ctx: (cmd.n_prompt + cmd.n_gen + 1).max(16), n_ubatch: cmd.ubatch.max(1), n_outputs_max: 1, n_seq_max: 1, n_threads: threads };
+    let mut ctx = Context::new(Arc::clone(&model), params);
+    // Deterministic pseudo-random tokens (speed does not depend on which tokens).
+    let token = |i: usize| ((i as u64).wrapping_mul(2654435761) % n_vocab as u64) as u32;
+    let mut batch = Batch::default();
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    // Warm-up: touch the weights once so the first repetition is not a page-cache test.
+    batch.push(token(0), 0, 0, true);
+    ctx.decode(&batch)?;
+    for _ in 0..cmd.reps {
+        if cmd.n_prompt > 0 {
+            ctx.kv.seq_clear(0);
+            batch.clear();
+            for i in 0..cmd.n_prompt {
+                batch.push(token(i), i, 0, i + 1 == cmd.n_prompt);
+            }
+            let t = Instant::now();
+            ctx.decode(&batch)?;
+            pp.push(cmd.n_prompt as f64 / t.elapsed().as_secs_f64());
+        }
+        if cmd.n_gen > 0 {
+            ctx.kv.seq_clear(0);
+            let t = Instant::now();
+            for i in 0..cmd.n_gen {
+                batch.clear();
+                batch.push(token(i + 7), i, 0, true);
+                ctx.decode(&batch)?;
+            }
+            tg.push(cmd.n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    let bytes_per_tok = weight_bytes_per_token(&model);
+    let bw = measure_read_bandwidth(ctx.pool());
+    let tg_med = if tg.is_empty() { 0.0 } else { median(&mut tg.clone()) };
+    let pp_med = if pp.is_empty() { 0.0 } else { median(&mut pp.clone()) };
+    let eff = tg_med * bytes_per_tok as f64;
+    let out = json!({
+        "model": cmd.model,
+        "arch": model.config.arch.name(),
+        "threads": threads,
+        "kernels": format!("{:?}", quant::kernels::isa()),
+        "n_prompt": cmd.n_prompt,
+        "n_gen": cmd.n_gen,
+        "reps": cmd.reps,
+        "pp_tok_s": pp_med,
+        "tg_tok_s": tg_med,
+        "pp": if pp.is_empty() { json!(null) } else { stats(&pp) },
+        "tg": if tg.is_empty() { json!(null) } else { stats(&tg) },
+        "weight_bytes_per_token": bytes_per_tok,
+        "decode_weight_gb_s": eff / 1e9,
+        "machine_read_gb_s": bw / 1e9,
+        "decode_fraction_of_bandwidth": if bw > 0.0 { eff / bw } else { 0.0 },
+    });
+    if cmd.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("model {} ({}), {} threads, kernels {}", cmd.model, model.config.arch.name(), threads, out["kernels"].as_str().unwrap_or(""));
+        if !pp.is_empty() {
+            println!("pp{:<6} {:>8.1} tok/s (min {:.1}, max {:.1})", cmd.n_prompt, pp_med, out["pp"]["min"].as_f64().unwrap_or(0.0), out["pp"]["max"].as_f64().unwrap_or(0.0));
+        }
+        if !tg.is_empty() {
+            println!("tg{:<6} {:>8.2} tok/s (min {:.2}, max {:.2})", cmd.n_gen, tg_med, out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
+        }
+        println!(
+            "decode streams {:.1} MB of weights per token = {:.2} GB/s; machine read bandwidth {:.2} GB/s ({:.0}%)",
+            bytes_per_tok as f64 / 1e6,
+            eff / 1e9,
+            bw / 1e9,
+            100.0 * eff / bw.max(1.0)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! `snug chat [MODEL]`: an interactive conversation using the model's chat template.
+//! `/reset` starts over, `/exit` (or end of input) quits; Ctrl-C stops the current answer only.
+//! The conversation stays in the KV cache: each turn only prefills the new messages.
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use engine::{GenerateParams, Session};
+use tokenizer::{ChatMessage, ChatTemplate};
+
+use crate::common::{load, RunArgs, SamplingArgs, DEFAULT_MODEL};
+
+#[derive(Args, Debug)]
+pub struct ChatCmd {
+    /// Model alias or .gguf path.
+    #[arg(default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// A system message to start the conversation with.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Tokens per answer at most.
+    #[arg(long, short = 'n', default_value_t = 1024)]
+    pub n_predict: usize,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
+    let sampling = cmd.sampling.params()?;
+    let (model, tok) = load(&cmd.model)?;
+    let template = ChatTemplate::from_gguf(&model.file, &tok)?;
+    if template.is_fallback() {
+        eprintln!("note: {} has no chat template; using a ChatML-style fallback", cmd.model);
+    }
+    let params = cmd.run.context_params(&model, 1)?;
+    let mut session = Session::new(model, Arc::clone(&tok), params, sampling);
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = Arc::clone(&interrupted);
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the Ctrl-C handler")?;
+    }
+    let gen = GenerateParams { n_predict: cmd.n_predict, ..Default::default() };
+    let mut messages: Vec<ChatMessage> = cmd.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    eprintln!("chatting with {} — /reset to start over, /exit to quit, Ctrl-C stops an answer", cmd.model);
+    loop {
+        eprint!("> ");
+        let _ = std::io::stderr().flush();
+        line.clear();
+        interrupted.store(false, Ordering::SeqCst);
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break; // end of input
+        }
+        let input = line.trim();
+        match input {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                messages.retain(|m| m.role == "system");
+                session.reset();
+                eprintln!("(conversation reset)");
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(ChatMessage::new("user", input.to_string()));
+        let prompt = template.render(&messages, true)?;
+        let tokens = tok.encode(&prompt, true, true);
+        if tokens.len() >= session.n_ctx() {
+            messages.pop();
+            eprintln!("error: the conversation needs {} tokens but the context holds {}; /reset or restart with a larger --ctx", tokens.len(), session.n_ctx());
+            continue;
+        }
+        let mut answer = String::new();
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        let (_, stats) = session.generate(&tokens, &gen, |text| {
+            answer.push_str(text);
+            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+            !interrupted.load(Ordering::SeqCst)
+        })?;
+        let _ = writeln!(out);
+        messages.push(ChatMessage::new("assistant", answer));
+        eprintln!(
+            "[prompt {} tok ({} new) {:.1} tok/s | answer {} tok {:.1} tok/s{}]",
+            stats.n_prompt,
+            stats.n_prompt_computed,
+            stats.prompt_tok_s(),
+            stats.n_gen,
+            stats.gen_tok_s(),
+            if interrupted.load(Ordering::SeqCst) { " | interrupted" } else { "" }
+        );
+    }
+    Ok(())
+}
