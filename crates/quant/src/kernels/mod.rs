@@ -5,8 +5,10 @@
 //! formats) and every weight row is dotted against it. One table of kernels per instruction set
 //! ([`Isa`]) is chosen once at run time from the CPU's features; every SIMD kernel has a scalar
 //! twin in `scalar.rs` that follows ggml's `*_generic` math. Decode (m = 1) streams each weight
-//! byte once; prefill runs a 1-row × [`TILE`]-token kernel so each weight block is unpacked once
-//! per tile of tokens while the rows of a chunk stay in L1/L2.
+//! byte once; batched decode and prefill run 1-row × {2, 4, [`TILE`]}-token kernels so each
+//! weight block is unpacked once per group of tokens while the rows of a chunk stay in L1/L2
+//! (`matmul.rs`). Paths: scalar, AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with
+//! AVX-512VL+VNNI), NEON (Q8_0/Q4_0 only so far; other types fall back to scalar on aarch64).
 //!
 //! Raw block layouts the kernels read (byte offsets; f16/f32/i16 little-endian):
 //! - Q4_0 (18 B / 32): d f16 @0, qs[16] @2 (value j = low nibble of qs[j], j+16 = high nibble)
