@@ -1,0 +1,339 @@
+//! AVX2 K-quant kernels against Q8_K (Q2_K..Q6_K, IQ4_XS), generic over the number of
+//! activation rows like the rest of the AVX2 path. Q4_K/Q5_K share one body (8 six-bit
+//! scales + mins, mins via the Q8_K block sums); Q2_K/Q3_K/Q6_K share another (16 scales, the
+//! value offset or mins folded in through the block sums). Cost: ~20–30 cycles per 256-value
+//! block for one row (llvm-mca, znver3), bounded by the two integer-multiply pipes in a tile.
+
+// Index loops over the C activation rows read more plainly than zipped iterators here.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::{f16_at, f16_end_at, f16x2_at, f16x4_at, hsum_all, load, mul_i8_i16, nibbles_32};
+use crate::blocks::IQ4_NL_VALUES;
+
+/// `n`, hidden from the optimizer when `C > 1` (see the use in the K-quant kernels).
+#[inline(always)]
+fn sub_blocks<const C: usize>(n: usize) -> usize {
+    if C > 1 {
+        std::hint::black_box(n)
+    } else {
+        n
+    }
+}
+
+/// Shuffle that broadcasts i16 lane `i` of a 128-bit register into every i16 of both halves.
+#[inline(always)]
+unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
+    let lo = (2 * i) as i8;
+    _mm256_shuffle_epi8(
+        v,
+        _mm256_set1_epi16(i16::from_le_bytes([lo as u8, lo as u8 + 1])),
+    )
+}
+
+/// Q4_K/Q5_K scales and mins as 16 × i16 (scales in lanes 0..8, mins in 8..16).
+#[inline(always)]
+unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
+    let mut u = [0u32; 4];
+    std::ptr::copy_nonoverlapping(s, u.as_mut_ptr().cast::<u8>(), 12);
+    const M1: u32 = 0x3f3f3f3f;
+    const M2: u32 = 0x0f0f0f0f;
+    const M3: u32 = 0x03030303;
+    u[3] = ((u[2] >> 4) & M2) | (((u[1] >> 6) & M3) << 4);
+    let t = u[1] & M1;
+    u[1] = (u[2] & M2) | (((u[0] >> 6) & M3) << 4);
+    u[2] = t;
+    u[0] &= M1;
+    _mm256_cvtepu8_epi16(_mm_loadu_si128(u.as_ptr().cast()))
+}
+
+/// The 8 mins (i16 lanes 8..16 of `sm`) spread to the 16 Q8_K bsum lanes: lane l = min l/2.
+#[inline(always)]
+unsafe fn k4_mins16(sm: __m256i) -> __m256i {
+    let m = _mm256_permute2x128_si256::<0x11>(sm, sm);
+    let ctrl = _mm256_setr_epi8(
+        0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, //
+        8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15,
+    );
+    _mm256_shuffle_epi8(m, ctrl)
+}
+
+/// End of one K-quant block for each activation row c (Q8_K block at `y0 + c·xs`):
+/// `acc[c] += yd_c · (d·sumi[c] − bias_mul·Σ_k bias16[k]·bsums_c[k])`, the weight scales
+/// broadcast once per block and each row's scale loaded straight into a broadcast.
+#[inline(always)]
+unsafe fn block_epilogue<const C: usize>(
+    acc: &mut [__m256; C],
+    sumi: &[__m256i; C],
+    y0: *const u8,
+    xs: usize,
+    d: f32,
+    bias_mul: f32,
+    bias16: __m256i,
+) {
+    let (dv, bv) = (_mm256_set1_ps(d), _mm256_set1_ps(bias_mul));
+    for c in 0..C {
+        let y = y0.add(c * xs);
+        let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bias16, load(y.add(260))));
+        let t = _mm256_fnmadd_ps(bv, bias, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(sumi[c])));
+        acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*y.cast::<f32>()), t, acc[c]);
+    }
+}
+
+/// A Q4_K or Q5_K block: the 8 unsigned 32-value groups (pairs per 64), read one 64 at a time.
+pub(crate) trait K4Like {
+    const BYTES: usize;
+    /// Values 64j..64j+32 and 64j+32..64j+64 as unsigned bytes.
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i);
+}
+
+pub(crate) struct Q4KW;
+pub(crate) struct Q5KW;
+
+impl K4Like for Q4KW {
+    const BYTES: usize = 144;
+    #[inline(always)]
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i) {
+        let q = load(b.add(16 + 32 * j));
+        let m4 = _mm256_set1_epi8(0xF);
+        (
+            _mm256_and_si256(q, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+        )
+    }
+}
+
+impl K4Like for Q5KW {
+    const BYTES: usize = 176;
+    #[inline(always)]
+    unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i) {
+        let q = load(b.add(48 + 32 * j));
+        let m4 = _mm256_set1_epi8(0xF);
+        let hb = load(b.add(16));
+        let bit = |k: usize| {
+            // Bit k of every qh byte → 16 (or 0) per byte.
+            let m = _mm256_set1_epi8(1 << k);
+            _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hb, m), m),
+                _mm256_set1_epi8(16),
+            )
+        };
+        let lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * j));
+        let hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            bit(2 * j + 1),
+        );
+        (lo, hi)
+    }
+}
+
+#[inline(always)]
+pub(crate) unsafe fn dot_k4<W: K4Like, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * W::BYTES);
+        let y0 = xp.add(292 * i);
+        let (d, dmin) = f16x2_at(b);
+        let sm = k4_scales_mins(b.add(4));
+        let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        // An opaque trip count keeps LLVM from unrolling and interleaving the sub-blocks, which
+        // needs more than 16 registers with an 8-row tile and spills (measured with llvm-mca).
+        for j in 0..sub_blocks::<C>(4) {
+            let (ql, qh) = W::pair(b, j);
+            let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
+            for c in 0..C {
+                let y = y0.add(c * xs + 4 + 64 * j);
+                let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load(y)));
+                let ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(qh, load(y.add(32))));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+            }
+        }
+        // Min term Σ_k bsums[k] · min[k/2], kept in 8 lanes until the end.
+        let mins16 = k4_mins16(sm);
+        block_epilogue(&mut acc, &sumi, y0, xs, d, dmin, mins16);
+    }
+    hsum_all(&acc, [0.0; C])
+}
+
+/// A K-quant with one scale per 16 values laid out in two 128-value halves (Q2_K, Q3_K, Q6_K):
+/// unsigned values `u`, and a per-16 bias folded in with the Q8_K block sums, so that
+/// `dot = d·yd·Σ scale·u·q8 − bias_mul·yd·Σ_k bias_k·bsum_k`.
+pub(crate) trait K16Like {
+    const BYTES: usize;
+    /// (d, bias_mul, scales as 16 × i16, bias as 16 × i16) of the block at `b`.
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i);
+    /// Unsigned values 128h + 32k .. +32 of the block at `b`.
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i;
+}
+
+pub(crate) struct Q2KW;
+pub(crate) struct Q3KW;
+pub(crate) struct Q6KW;
+
+/// `(v >> 2k) & 3` per byte.
+#[inline(always)]
+unsafe fn crumb(v: __m256i, k: usize) -> __m256i {
+    let s = match k {
+        0 => v,
+        1 => _mm256_srli_epi16::<2>(v),
+        2 => _mm256_srli_epi16::<4>(v),
+        _ => _mm256_srli_epi16::<6>(v),
+    };
+    _mm256_and_si256(s, _mm256_set1_epi8(3))
+}
+
+impl K16Like for Q2KW {
+    const BYTES: usize = 84;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(b.cast()));
+        let sc = _mm256_and_si256(sm, _mm256_set1_epi16(0xF));
+        let v = f16x4_at(b.add(76)); // lanes 2, 3: d, dmin (the block's last 4 bytes)
+        let dd = (
+            _mm_cvtss_f32(_mm_movehl_ps(v, v)),
+            _mm_cvtss_f32(_mm_permute_ps::<0b11>(v)),
+        );
+        (dd.0, dd.1, sc, _mm256_srli_epi16::<4>(sm))
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        crumb(load(b.add(16 + 32 * h)), k)
+    }
+}
+
+impl K16Like for Q3KW {
+    const BYTES: usize = 110;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let s = crate::kernels::scalar::scales_q3_k(std::slice::from_raw_parts(b.add(96), 12));
+        let s8: [i8; 16] = std::array::from_fn(|j| s[j] as i8);
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(s8.as_ptr().cast()));
+        let d = f16_end_at(b.add(108));
+        // Stored q = u - 4 with u = low 2 bits + 4·hmask bit.
+        (d, 4.0 * d, sc, sc)
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        let low = crumb(load(b.add(32 + 32 * h)), k);
+        let m = _mm256_set1_epi8(1 << (4 * h + k));
+        let hm = _mm256_cmpeq_epi8(_mm256_and_si256(load(b), m), m);
+        _mm256_or_si256(low, _mm256_and_si256(hm, _mm256_set1_epi8(4)))
+    }
+}
+
+impl K16Like for Q6KW {
+    const BYTES: usize = 210;
+    #[inline(always)]
+    unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+        let d = f16_end_at(b.add(208));
+        // Stored q = u - 32 with u = 4 low bits + 2 high bits.
+        (d, 32.0 * d, sc, sc)
+    }
+    #[inline(always)]
+    unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
+        let ql = load(b.add(64 * h + 32 * (k % 2)));
+        let lo = if k < 2 {
+            ql
+        } else {
+            _mm256_srli_epi16::<4>(ql)
+        };
+        let lo = _mm256_and_si256(lo, _mm256_set1_epi8(0xF));
+        let hi = crumb(load(b.add(128 + 32 * h)), k);
+        _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi))
+    }
+}
+
+#[inline(always)]
+pub(crate) unsafe fn dot_k16<W: K16Like, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * W::BYTES);
+        let y0 = xp.add(292 * i);
+        let (d, bias_mul, sc16, bias16) = W::header(b);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        // Opaque trip count: see dot_k4.
+        for h in 0..sub_blocks::<C>(2) {
+            for k in 0..4 {
+                let q = W::values(b, h, k);
+                // Values 128h + 32k + l: scale 8h + 2k for l < 16, 8h + 2k + 1 above.
+                let scale = bcast_i16_pair(sc16, 8 * h + 2 * k, 8 * h + 2 * k + 1);
+                for c in 0..C {
+                    let y = y0.add(c * xs + 4 + 128 * h + 32 * k);
+                    let p = _mm256_maddubs_epi16(q, load(y));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(scale, p));
+                }
+            }
+        }
+        block_epilogue(&mut acc, &sumi, y0, xs, d, bias_mul, bias16);
+    }
+    hsum_all(&acc, [0.0; C])
+}
+
+/// i16 lane `a` of `v` broadcast over the low 128 bits and lane `b` over the high 128 bits
+/// (`a` and `b` in the same half of `v`).
+#[inline(always)]
+unsafe fn bcast_i16_pair(v: __m256i, a: usize, b: usize) -> __m256i {
+    let sel = |i: usize| {
+        let lo = (2 * (i % 8)) as u8;
+        _mm_set1_epi16(i16::from_le_bytes([lo, lo + 1]))
+    };
+    let half = |i: usize| {
+        if i < 8 {
+            _mm256_permute2x128_si256::<0x00>(v, v)
+        } else {
+            _mm256_permute2x128_si256::<0x11>(v, v)
+        }
+    };
+    debug_assert_eq!(a / 8, b / 8, "both lanes from one 128-bit half");
+    _mm256_shuffle_epi8(half(a), _mm256_set_m128i(sel(b), sel(a)))
+}
+
+#[inline(always)]
+pub(crate) unsafe fn dot_iq4_xs<const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let lut = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
+    let lut = _mm256_set_m128i(lut, lut);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..n / 256 {
+        let b = wp.add(i * 136);
+        let d = f16_at(b);
+        let sh = b.add(2).cast::<u16>().read_unaligned() as i32;
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for ib in 0..8 {
+            let q = _mm256_shuffle_epi8(lut, nibbles_32(b.add(8 + 16 * ib)));
+            let low = (*b.add(4 + ib / 2) >> (4 * (ib % 2))) as i32 & 0xF;
+            let ls = (low | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+            let scale = _mm256_set1_epi16(ls as i16);
+            for c in 0..C {
+                let y = xp.add(c * xs + 292 * i + 4 + 32 * ib);
+                let p = _mm256_madd_epi16(scale, mul_i8_i16(q, load(y)));
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
+            }
+        }
+        for c in 0..C {
+            let yd = xp.add(c * xs + 292 * i).cast::<f32>().read_unaligned();
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    hsum_all(&acc, [0.0; C])
+}
