@@ -1,6 +1,9 @@
 //! aarch64 NEON kernels (baseline NEON, no dotprod needed): Q8_0 and Q4_0 against Q8_0 via
 //! widening `smull` + pairwise accumulate. Other types use the scalar kernels on aarch64.
 //! Cost: ~4 instructions per 16 values; written for correctness first, not yet tuned.
+//!
+//! # Safety
+//! As in `avx2/mod.rs`: whole blocks, full rows, `C` activation rows at stride `xs`.
 
 use std::arch::aarch64::*;
 

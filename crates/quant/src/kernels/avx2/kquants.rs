@@ -4,6 +4,13 @@
 //! value offset or mins folded in through the block sums). Cost: ~20–30 cycles per 256-value
 //! block for one row (llvm-mca, znver3), bounded by the two integer-multiply pipes in a tile.
 
+//! # Safety
+//! Every `unsafe fn` here has one contract: the CPU has AVX2, FMA and F16C (plus whatever the
+//! calling wrapper's feature string adds); `n` is a whole number of weight and activation
+//! blocks; `w` holds a full weight row of `n` values; `x` holds `C` full activation rows at a
+//! stride of `xs` bytes (quantizers: `dst` holds the quantized row). The dispatcher in
+//! `kernels/mod.rs` checks all of this before the first call.
+
 // Index loops over the C activation rows read more plainly than zipped iterators here.
 #![allow(clippy::needless_range_loop)]
 

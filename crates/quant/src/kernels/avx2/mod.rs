@@ -6,6 +6,13 @@
 //! `kquants.rs`. Cost: ~110 instructions per Q4_K block (256 values, 144 B) for one activation row, ~45 more
 //! per extra row of the tile; the AVX-512 path compiles these same bodies with more registers.
 
+//! # Safety
+//! Every `unsafe fn` here has one contract: the CPU has AVX2, FMA and F16C (plus whatever the
+//! calling wrapper's feature string adds); `n` is a whole number of weight and activation
+//! blocks; `w` holds a full weight row of `n` values; `x` holds `C` full activation rows at a
+//! stride of `xs` bytes (quantizers: `dst` holds the quantized row). The dispatcher in
+//! `kernels/mod.rs` checks all of this before the first call.
+
 // Index loops over the C activation rows read more plainly than zipped iterators here.
 #![allow(clippy::needless_range_loop)]
 
