@@ -109,7 +109,71 @@ impl Bpe {
                 live: true,
             });
         }
-        let heap = &mut scratch.heap;
+        if n <= SMALL_WORD {
+            self.merge_small(syms, &mut scratch.ranks);
+        } else {
+            self.merge_heap(syms, &mut scratch.heap);
+        }
+        let mut i = 0i32;
+        while i >= 0 {
+            let s = &syms[i as usize];
+            self.emit(s.id, lookup, out);
+            i = s.next;
+        }
+    }
+
+    /// Merges of a short word: the rank of each adjacent pair sits in an array and the next
+    /// merge is found by a scan, leftmost lowest rank first — the order the heap gives, without
+    /// its pushes. O(n²) compares, n ≤ [`SMALL_WORD`].
+    fn merge_small(&self, syms: &mut [Sym], ranks: &mut Vec<(u32, u32)>) {
+        let n = syms.len();
+        ranks.clear();
+        ranks.resize(n, NO_PAIR);
+        for i in 0..n - 1 {
+            ranks[i] = self.pair(syms[i].id, syms[i + 1].id);
+        }
+        loop {
+            let mut best = NO_PAIR.0;
+            let mut at = usize::MAX;
+            let mut i = 0i32;
+            while i >= 0 {
+                let r = ranks[i as usize].0;
+                if r < best {
+                    best = r;
+                    at = i as usize;
+                }
+                i = syms[i as usize].next;
+            }
+            if at == usize::MAX {
+                break;
+            }
+            let r = syms[at].next as usize;
+            syms[at].id = ranks[at].1;
+            syms[r].live = false;
+            let rn = syms[r].next;
+            syms[at].next = rn;
+            ranks[r] = NO_PAIR;
+            if rn >= 0 {
+                syms[rn as usize].prev = at as i32;
+                ranks[at] = self.pair(syms[at].id, syms[rn as usize].id);
+            } else {
+                ranks[at] = NO_PAIR;
+            }
+            let lp = syms[at].prev;
+            if lp >= 0 {
+                ranks[lp as usize] = self.pair(syms[lp as usize].id, syms[at].id);
+            }
+        }
+    }
+
+    #[inline]
+    fn pair(&self, a: u32, b: u32) -> (u32, u32) {
+        self.merges.get(&(a, b)).copied().unwrap_or(NO_PAIR)
+    }
+
+    /// Merges of a long word with a heap of candidate pairs (stale ones skipped on pop).
+    fn merge_heap(&self, syms: &mut [Sym], heap: &mut BinaryHeap<Pair>) {
+        let n = syms.len();
         heap.clear();
         for i in 1..n {
             self.push_pair(syms, heap, i - 1, i);
@@ -147,12 +211,6 @@ impl Bpe {
                 self.push_pair(syms, heap, l, rn as usize);
             }
         }
-        let mut i = 0i32;
-        while i >= 0 {
-            let s = &syms[i as usize];
-            self.emit(s.id, lookup, out);
-            i = s.next;
-        }
     }
 
     #[inline]
@@ -188,6 +246,11 @@ impl Bpe {
     }
 }
 
+/// Words up to this many bytes merge by scanning an array of pair ranks instead of a heap.
+const SMALL_WORD: usize = 48;
+/// Rank of a pair that does not merge.
+const NO_PAIR: (u32, u32) = (u32::MAX, 0);
+
 #[derive(Clone, Copy, Debug)]
 struct Sym {
     id: u32,
@@ -222,6 +285,7 @@ impl PartialOrd for Pair {
 #[derive(Default)]
 pub struct Scratch {
     syms: Vec<Sym>,
+    ranks: Vec<(u32, u32)>,
     heap: BinaryHeap<Pair>,
     text: String,
 }

@@ -1,7 +1,7 @@
 //! A small, fast, non-cryptographic hasher (the rustc "Fx" hash) for vocab and merge tables.
 //!
 //! Keys come from model files, not from users over a network, so HashDoS resistance is not
-//! needed; lookups are a few multiply-rotates per word of key.
+//! needed; lookups are a few multiply-rotates per word of key plus one final mix.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -53,7 +53,13 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        // Avalanche so the top bits (hashbrown's 7-bit tags) are well mixed: fewer false tag
+        // matches, each of which would dereference a key on the heap.
+        let mut h = self.hash;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
     }
 }
 

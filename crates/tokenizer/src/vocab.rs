@@ -430,11 +430,11 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     };
 
     // Piece cache: llama_token_to_piece(special = true).
-    let char_to_byte: HashMap<char, u8> = byte_to_char_table()
-        .iter()
-        .enumerate()
-        .map(|(b, &c)| (c, b as u8))
-        .collect();
+    // GPT-2 stand-in characters are all below U+0144.
+    let mut char_to_byte = [None::<u8>; 0x144];
+    for (b, &c) in byte_to_char_table().iter().enumerate() {
+        char_to_byte[c as usize] = Some(b as u8);
+    }
     let mut pieces = Vec::with_capacity(n * 6);
     let mut piece_off = Vec::with_capacity(n + 1);
     for (t, &a) in texts.iter().zip(&attrs) {
@@ -444,8 +444,8 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         } else if a & attr::NORMAL != 0 {
             if is_bpe {
                 for c in t.chars() {
-                    match char_to_byte.get(&c) {
-                        Some(&b) => pieces.push(b),
+                    match char_to_byte.get(c as usize).copied().flatten() {
+                        Some(b) => pieces.push(b),
                         None => {
                             // llama.cpp's marker for a character outside the byte alphabet.
                             pieces.extend_from_slice(b"[UNK_BYTE_0x");
