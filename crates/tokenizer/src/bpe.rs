@@ -289,3 +289,66 @@ pub struct Scratch {
     heap: BinaryHeap<Pair>,
     text: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scan used for short words must merge in exactly the heap's order.
+    #[test]
+    fn short_word_scan_matches_the_heap_on_random_words() {
+        let merges: Vec<String> = [
+            "a b", "b a", "a a", "ab a", "aa b", "b b", "ba ab", "aab a", "bb a", "c a", "ca b",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut vocab: HashMap<String, u32> = HashMap::new();
+        for s in [
+            "a", "b", "c", "ab", "ba", "aa", "aba", "aab", "bb", "baab", "aaba", "bba", "ca", "cab",
+        ] {
+            let id = vocab.len() as u32;
+            vocab.insert(s.to_string(), id);
+        }
+        let lookup = |s: &str| vocab.get(s).copied();
+        let bpe = Bpe::new(&merges, vocab.len() as u32, &lookup, false);
+        let mut seed = 12345u64;
+        for _ in 0..2000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = 2 + (seed >> 59) as usize;
+            let word: Vec<u8> = (0..len)
+                .map(|i| b"abc"[(seed.rotate_left((i * 5) as u32) % 3) as usize])
+                .collect();
+            let run = |small: bool| {
+                let mut syms: Vec<Sym> = word
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| Sym {
+                        id: bpe.byte_sym[b as usize],
+                        prev: i as i32 - 1,
+                        next: if i + 1 == word.len() {
+                            -1
+                        } else {
+                            i as i32 + 1
+                        },
+                        live: true,
+                    })
+                    .collect();
+                if small {
+                    bpe.merge_small(&mut syms, &mut Vec::new());
+                } else {
+                    bpe.merge_heap(&mut syms, &mut BinaryHeap::new());
+                }
+                let mut ids = Vec::new();
+                let mut i = 0i32;
+                while i >= 0 {
+                    ids.push(syms[i as usize].id);
+                    i = syms[i as usize].next;
+                }
+                ids
+            };
+            assert_eq!(run(true), run(false), "{}", String::from_utf8_lossy(&word));
+        }
+    }
+}

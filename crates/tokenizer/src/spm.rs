@@ -2,10 +2,16 @@
 //! characters and repeatedly merge the adjacent pair whose concatenation is the highest-scoring
 //! token; characters that never form a token fall back to `<0xNN>` byte tokens.
 //!
-//! Cost: O(n log n) per text with a heap over a linked list; each candidate pair costs one string
-//! concatenation and hash lookup.
+//! Cost: O(n log n) per text with a heap over a linked list. Symbols carry their token id, so a
+//! candidate pair is first looked up in a small per-call cache keyed by the id pair; only new
+//! pairs touch the large vocabulary table (whose lookups are cache misses on 262k tokens).
 
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::fxhash::FxBuild;
+
+/// Marks a symbol that is a single character and not a token: `NOT_TOKEN | code point`.
+const NOT_TOKEN: u32 = 1 << 31;
 
 /// What the SPM loop needs from the vocabulary.
 pub trait SpmVocab {
@@ -17,6 +23,8 @@ pub trait SpmVocab {
 
 #[derive(Clone, Copy)]
 struct Sym {
+    /// Token id of the symbol's text, or `NOT_TOKEN | char`.
+    id: u32,
     start: u32,
     len: u32,
     prev: i32,
@@ -25,6 +33,7 @@ struct Sym {
 
 struct Bigram {
     score: f32,
+    merged: u32,
     left: u32,
     right: u32,
     size: u32,
@@ -57,9 +66,16 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
         return;
     }
     let mut syms: Vec<Sym> = Vec::with_capacity(text.len());
+    let mut char_ids: HashMap<char, u32, FxBuild> = HashMap::default();
     let n_chars = text.chars().count();
     for (i, (off, c)) in text.char_indices().enumerate() {
+        let id = *char_ids.entry(c).or_insert_with(|| {
+            vocab
+                .lookup(c.encode_utf8(&mut [0u8; 4]))
+                .unwrap_or(NOT_TOKEN | c as u32)
+        });
         syms.push(Sym {
+            id,
             start: off as u32,
             len: c.len_utf8() as u32,
             prev: i as i32 - 1,
@@ -67,17 +83,24 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
         });
     }
     let mut heap = BinaryHeap::new();
-    let try_add = |syms: &[Sym], heap: &mut BinaryHeap<Bigram>, l: i32, r: i32| {
+    // (left id, right id) → merged token and its score, or None.
+    let mut pairs: HashMap<(u32, u32), Option<(u32, f32)>, FxBuild> = HashMap::default();
+    let mut try_add = |syms: &[Sym], heap: &mut BinaryHeap<Bigram>, l: i32, r: i32| {
         if l < 0 || r < 0 {
             return;
         }
         let (a, b) = (syms[l as usize], syms[r as usize]);
-        let s = &text[a.start as usize..(b.start + b.len) as usize];
         // Adjacent symbols are contiguous in `text`, so the pair's text is one slice.
         debug_assert_eq!(a.start + a.len, b.start);
-        if let Some(id) = vocab.lookup(s) {
+        let hit = *pairs.entry((a.id, b.id)).or_insert_with(|| {
+            vocab
+                .lookup(&text[a.start as usize..(b.start + b.len) as usize])
+                .map(|id| (id, vocab.score(id)))
+        });
+        if let Some((merged, score)) = hit {
             heap.push(Bigram {
-                score: vocab.score(id),
+                score,
+                merged,
                 left: l as u32,
                 right: r as u32,
                 size: a.len + b.len,
@@ -93,6 +116,7 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
             continue;
         }
         syms[l].len += syms[r].len;
+        syms[l].id = bg.merged;
         syms[r].len = 0;
         syms[l].next = syms[r].next;
         if syms[r].next >= 0 {
@@ -106,14 +130,12 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
     let mut i = 0i32;
     while i >= 0 {
         let s = syms[i as usize];
-        let piece = &text[s.start as usize..(s.start + s.len) as usize];
-        match vocab.lookup(piece) {
-            Some(id) => out.push(id),
-            None => {
-                for &b in piece.as_bytes() {
-                    if let Some(id) = vocab.byte_token(b) {
-                        out.push(id);
-                    }
+        if s.id & NOT_TOKEN == 0 {
+            out.push(s.id);
+        } else {
+            for &b in text[s.start as usize..(s.start + s.len) as usize].as_bytes() {
+                if let Some(id) = vocab.byte_token(b) {
+                    out.push(id);
                 }
             }
         }
