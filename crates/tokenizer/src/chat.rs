@@ -87,7 +87,7 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
-    /// Strip a leading BOS text in [`ChatTemplate::render_prompt`] (the tokenizer adds it).
+    /// Strip a leading BOS text in [`ChatTemplate::render`] (the tokenizer adds it).
     strip_bos: bool,
     strip_eos: bool,
     is_fallback: bool,
@@ -152,7 +152,10 @@ impl ChatTemplate {
         self.is_fallback
     }
 
-    /// Renders exactly what Hugging Face's `apply_chat_template(tokenize=False)` would.
+    /// The prompt for `encode(prompt, add_special = true, parse_special = true)`: the template's
+    /// output with a leading BOS text removed when the tokenizer adds BOS itself (and a trailing
+    /// EOS when it adds EOS), as llama.cpp does, so the tokens never start with two BOS. For
+    /// templates without `bos_token` (Qwen) this is exactly [`ChatTemplate::render_hf`].
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -161,9 +164,26 @@ impl ChatTemplate {
         self.render_with_tools(messages, &[], add_generation_prompt)
     }
 
-    /// As [`ChatTemplate::render`], with OpenAI-style tool definitions (`tools` is undefined
-    /// to the template when empty, as in transformers).
+    /// As [`ChatTemplate::render`], with OpenAI-style tool definitions.
     pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let mut s = self.render_hf(messages, tools, add_generation_prompt)?;
+        if self.strip_bos && !self.bos_token.is_empty() && s.starts_with(&self.bos_token) {
+            s.drain(..self.bos_token.len());
+        }
+        if self.strip_eos && !self.eos_token.is_empty() && s.ends_with(&self.eos_token) {
+            s.truncate(s.len() - self.eos_token.len());
+        }
+        Ok(s)
+    }
+
+    /// Exactly what Hugging Face's `apply_chat_template(tokenize=False)` renders (`tools` is
+    /// undefined to the template when empty, as in transformers).
+    pub fn render_hf(
         &self,
         messages: &[ChatMessage],
         tools: &[serde_json::Value],
@@ -183,24 +203,6 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
         };
         tmpl.render(ctx).map_err(ChatError::Render)
-    }
-
-    /// The rendered prompt ready for `encode(prompt, add_special = true, parse_special = true)`:
-    /// a leading BOS text is removed when the tokenizer adds BOS itself (and a trailing EOS
-    /// when it adds EOS), as llama.cpp does, so the prompt never starts with two BOS tokens.
-    pub fn render_prompt(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-    ) -> Result<String, ChatError> {
-        let mut s = self.render(messages, add_generation_prompt)?;
-        if self.strip_bos && !self.bos_token.is_empty() && s.starts_with(&self.bos_token) {
-            s.drain(..self.bos_token.len());
-        }
-        if self.strip_eos && !self.eos_token.is_empty() && s.ends_with(&self.eos_token) {
-            s.truncate(s.len() - self.eos_token.len());
-        }
-        Ok(s)
     }
 }
 

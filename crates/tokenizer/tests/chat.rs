@@ -26,11 +26,7 @@ fn qwen_template_adds_its_default_system_prompt() {
          <|im_start|>user\nWrite a haiku about memory.<|im_end|>\n<|im_start|>assistant\n"
     );
     // The rendered prompt tokenizes with its control tokens (qwen adds no BOS).
-    let ids = tok.encode(
-        &t.render_prompt(&[msg("user", "hi")], true).unwrap(),
-        true,
-        true,
-    );
+    let ids = tok.encode(&t.render(&[msg("user", "hi")], true).unwrap(), true, true);
     assert_eq!(ids[0], tok.token_id("<|im_start|>").unwrap());
 }
 
@@ -54,7 +50,8 @@ fn qwen_template_renders_tools_and_tool_calls_like_transformers() {
         msg("tool", "{\"temp\": 21}"),
         msg("assistant", "It is 21 degrees."),
     ];
-    let out = t.render_with_tools(&messages, &tools, false).unwrap();
+    let out = t.render_hf(&messages, &tools, false).unwrap();
+    assert_eq!(t.render_with_tools(&messages, &tools, false).unwrap(), out);
     let want = concat!(
         "<|im_start|>system\nYou are a coder.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n",
         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n",
@@ -80,14 +77,15 @@ fn gemma3_without_a_template_falls_back_to_gemma_turns() {
         msg("assistant", "Hello!"),
         msg("user", "More"),
     ];
-    let out = t.render(&messages, true).unwrap();
+    let out = t.render_hf(&messages, &[], true).unwrap();
     assert_eq!(
         out,
         "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n\
          <start_of_turn>user\nMore<end_of_turn>\n<start_of_turn>model\n"
     );
-    // render_prompt drops the template's <bos> because the tokenizer adds it: exactly one BOS.
-    let ids = tok.encode(&t.render_prompt(&messages, true).unwrap(), true, true);
+    // render drops the template's <bos> because the tokenizer adds it: exactly one BOS.
+    assert_eq!(t.render(&messages, true).unwrap(), out["<bos>".len()..]);
+    let ids = tok.encode(&t.render(&messages, true).unwrap(), true, true);
     assert_eq!(ids[0], tok.bos().unwrap());
     assert_eq!(ids[1], tok.token_id("<start_of_turn>").unwrap());
     assert_ne!(ids[1], tok.bos().unwrap());
