@@ -35,7 +35,7 @@ cargo build --release --workspace
 
 step "models (cached in $SNUG_HOME)"
 for alias in gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
-    target/release/snug pull "$alias"
+    "${CARGO_TARGET_DIR:-target}/release/snug" pull "$alias"
 done
 
 step "tests (release)"
