@@ -6,7 +6,8 @@
 //! cost alone, which must stay under the DRAM budget (~8 GB/s per core) for decode to be
 //! bandwidth-bound.
 //!
-//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [hot] [threads=N] [isa=avx2] [reps=N]`
+//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [hot] [pool] [threads=N] [isa=avx2]
+//! [reps=N] [type=q4_K]`
 
 use std::time::{Duration, Instant};
 
@@ -144,13 +145,27 @@ fn main() {
     let path = arg("isa")
         .and_then(|v| Isa::ALL.into_iter().find(|i| i.name() == v))
         .unwrap_or_else(isa);
-    let modes = ["gemv", "gemm", "hot"];
+    let modes = ["gemv", "gemm", "hot", "pool"];
     let want =
         |k: &str| args.iter().any(|a| a == k) || !args.iter().any(|a| modes.contains(&a.as_str()));
     let only: Option<String> = arg("type");
     let pool = ThreadPool::new(threads);
     let mut scratch = Vec::new();
     println!("path {path}, {threads} threads, median of {reps} runs");
+    if want("pool") {
+        // Hand-off + join of an empty job, back to back (workers spinning, as between matmuls).
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            let t = Instant::now();
+            for _ in 0..10_000 {
+                pool.run(|ith, _| {
+                    std::hint::black_box(ith);
+                });
+            }
+            runs.push(t.elapsed().as_secs_f64() / 10_000.0 * 1e6);
+        }
+        println!("pool run() of an empty job: {:.2} us", median(runs));
+    }
     if want("gemv") {
         println!("plain read bandwidth: {:.1} GB/s", read_bandwidth(&pool));
     }
