@@ -33,6 +33,11 @@ pub struct BenchCmd {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Generation starts after this many tokens already in the KV cache (decode at depth).
+    #[arg(short = 'd', long, default_value_t = 0)]
+    pub depth: usize,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
 }
 
 /// Bytes of weights one decoded token reads: every layer matrix and the output matrix
@@ -91,7 +96,9 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (model, _tok) = load(&cmd.model)?;
     let threads = cmd.threads.unwrap_or_else(default_threads);
     let n_vocab = model.config.n_vocab as u32;
-    let params = ContextParams { n_ctx: (cmd.n_prompt + cmd.n_gen + 1).max(16), n_ubatch: cmd.ubatch.max(1), n_outputs_max: 1, n_seq_max: 1, n_threads: threads };
+    let n_ctx = cmd.n_prompt.max(cmd.depth + cmd.n_gen) + 1;
+    let mut params = ContextParams { n_ctx: n_ctx.max(16), n_ubatch: cmd.ubatch.max(1), n_outputs_max: 1, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
+    cmd.kv.apply(&mut params)?;
     let mut ctx = Context::new(Arc::clone(&model), params);
     // Deterministic pseudo-random tokens (speed does not depend on which tokens).
     let token = |i: usize| ((i as u64).wrapping_mul(2654435761) % n_vocab as u64) as u32;
@@ -114,10 +121,17 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         }
         if cmd.n_gen > 0 {
             ctx.kv.seq_clear(0);
+            if cmd.depth > 0 {
+                batch.clear();
+                for i in 0..cmd.depth {
+                    batch.push(token(i + 3), i, 0, false);
+                }
+                ctx.decode(&batch)?;
+            }
             let t = Instant::now();
             for i in 0..cmd.n_gen {
                 batch.clear();
-                batch.push(token(i + 7), i, 0, true);
+                batch.push(token(i + 7), cmd.depth + i, 0, true);
                 ctx.decode(&batch)?;
             }
             tg.push(cmd.n_gen as f64 / t.elapsed().as_secs_f64());
@@ -136,6 +150,8 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         "n_prompt": cmd.n_prompt,
         "n_gen": cmd.n_gen,
         "reps": cmd.reps,
+        "depth": cmd.depth,
+        "kv": cmd.kv.label()?,
         "pp_tok_s": pp_med,
         "tg_tok_s": tg_med,
         "pp": if pp.is_empty() { json!(null) } else { stats(&pp) },
@@ -153,7 +169,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             println!("pp{:<6} {:>8.1} tok/s (min {:.1}, max {:.1})", cmd.n_prompt, pp_med, out["pp"]["min"].as_f64().unwrap_or(0.0), out["pp"]["max"].as_f64().unwrap_or(0.0));
         }
         if !tg.is_empty() {
-            println!("tg{:<6} {:>8.2} tok/s (min {:.2}, max {:.2})", cmd.n_gen, tg_med, out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
+            println!("tg{:<6} {:>8.2} tok/s at depth {} (KV {}) (min {:.2}, max {:.2})", cmd.n_gen, tg_med, cmd.depth, out["kv"].as_str().unwrap_or(""), out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
         }
         println!(
             "decode streams {:.1} MB of weights per token = {:.2} GB/s; machine read bandwidth {:.2} GB/s ({:.0}%)",

@@ -59,6 +59,7 @@ pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
         n_outputs_max: chunk,
         n_seq_max: 1,
         n_threads: cmd.threads.unwrap_or_else(default_threads),
+        ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(&model), params);
     let r = engine::evaluate(&mut ctx, 0, &prompt, cmd.n_predict, cmd.top_k, cmd.force_tokens.as_deref())?;

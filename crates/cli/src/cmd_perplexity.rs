@@ -7,6 +7,7 @@ use clap::Args;
 use model::{Context, ContextParams};
 
 use crate::common::{default_threads, load};
+use crate::kv_args::KvArgs;
 
 #[derive(Args, Debug)]
 pub struct PerplexityCmd {
@@ -25,6 +26,8 @@ pub struct PerplexityCmd {
     /// Print JSON (top-level keys `ppl` and `ppl_stderr`).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
@@ -35,7 +38,9 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
     let (model, tok) = load(&cmd.model)?;
     let tokens = tok.encode(&text, true, false);
     let rows = 128.min(cmd.ctx);
-    let params = ContextParams { n_ctx: cmd.ctx, n_ubatch: rows, n_outputs_max: rows, n_seq_max: 1, n_threads: cmd.threads.unwrap_or_else(default_threads) };
+    let mut params = ContextParams { n_ctx: cmd.ctx, n_ubatch: rows, n_outputs_max: rows, n_seq_max: 1, n_threads: cmd.threads.unwrap_or_else(default_threads), ..ContextParams::default() };
+    cmd.kv.apply(&mut params)?;
+    let kv_label = cmd.kv.label()?;
     let mut ctx = Context::new(Arc::clone(&model), params);
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let t = std::time::Instant::now();
@@ -44,11 +49,11 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
     if cmd.json {
         let mut v = serde_json::to_value(&r)?;
         v["model"] = cmd.model.clone().into();
-        v["kv"] = "f16".into();
+        v["kv"] = kv_label.clone().into();
         v["seconds"] = secs.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{}: perplexity {:.4} ± {:.5} over {} chunks of {} tokens ({} scored, {:.1} s)", cmd.model, r.ppl, r.ppl_stderr, r.n_chunks, r.n_ctx, r.n_scored, secs);
+        println!("{} (KV {kv_label}): perplexity {:.4} ± {:.5} over {} chunks of {} tokens ({} scored, {:.1} s)", cmd.model, r.ppl, r.ppl_stderr, r.n_chunks, r.n_ctx, r.n_scored, secs);
     }
     Ok(())
 }

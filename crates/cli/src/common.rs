@@ -22,6 +22,8 @@ pub struct RunArgs {
     /// Tokens computed together during prompt processing.
     #[arg(long, default_value_t = 512)]
     pub ubatch: usize,
+    #[command(flatten)]
+    pub kv: crate::kv_args::KvArgs,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -93,7 +95,7 @@ impl RunArgs {
         if n_ctx == 0 {
             anyhow::bail!("--ctx must be at least 1");
         }
-        if needed > n_ctx {
+        if needed > n_ctx && self.kv.window.is_none() {
             anyhow::bail!("the prompt needs {needed} tokens of context but --ctx is {n_ctx}; raise --ctx or shorten the prompt");
         }
         let threads = self.threads.unwrap_or_else(default_threads);
@@ -103,6 +105,8 @@ impl RunArgs {
         if self.ubatch == 0 {
             anyhow::bail!("--ubatch must be at least 1");
         }
-        Ok(ContextParams { n_ctx, n_ubatch: self.ubatch, n_outputs_max: 1, n_seq_max: 1, n_threads: threads })
+        let mut p = ContextParams { n_ctx, n_ubatch: self.ubatch, n_outputs_max: 1, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
+        self.kv.apply(&mut p)?;
+        Ok(p)
     }
 }

@@ -11,6 +11,7 @@ mod cmd_run;
 mod cmd_synth;
 mod cmd_tokenize;
 mod common;
+mod kv_args;
 
 use clap::{Parser, Subcommand};
 

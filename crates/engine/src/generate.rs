@@ -37,7 +37,7 @@ pub enum StopReason {
     StopString,
     /// The callback asked to stop (e.g. Ctrl-C).
     Cancelled,
-    /// The context is full.
+    /// The context is full (and no KV window lets generation shift past it).
     ContextFull,
 }
 
@@ -105,12 +105,17 @@ impl Session {
     /// Makes the cache hold exactly `tokens`, computing only what differs from what it holds;
     /// leaves the last token's logits in the context. Returns how many tokens were computed.
     fn prefill(&mut self, tokens: &[u32]) -> Result<usize, ModelError> {
-        if tokens.len() > self.n_ctx() {
+        if tokens.len() > self.n_ctx() && !self.ctx.kv.unbounded() {
             return Err(ModelError::ContextFull { pos: tokens.len() - 1, n_ctx: self.n_ctx() });
         }
         let mut common = self.history.iter().zip(tokens).take_while(|(a, b)| a == b).count();
         // The last token must be computed again to get its logits.
         common = common.min(tokens.len().saturating_sub(1));
+        // A window may have freed the positions a shorter prefix would need: start over.
+        if common < self.history.len() && self.ctx.kv.seq_evicted(0) {
+            self.ctx.kv.seq_clear(0);
+            common = 0;
+        }
         self.ctx.kv.seq_truncate(0, common);
         self.history.truncate(common);
         let ub = self.ctx.params.n_ubatch.max(1);
@@ -165,8 +170,10 @@ impl Session {
             if out.len() == params.n_predict {
                 break;
             }
+            // With a KV window, positions run on past n_ctx (context shift): keys are stored roped
+            // at their absolute positions, so relative distances stay right as positions grow.
             let pos = self.history.len();
-            if pos >= self.n_ctx() {
+            if pos >= self.n_ctx() && !self.ctx.kv.unbounded() {
                 stop = StopReason::ContextFull;
                 break;
             }

@@ -8,11 +8,10 @@
 use std::sync::Arc;
 
 use quant::kernels::{matmul, MatRef};
-use half::slice::HalfFloatSliceExt;
 use quant::threads::ThreadPool;
 
 use crate::config::ModelConfig;
-use crate::kv::{KvCache, SeqId};
+use crate::kv::{kernels, KvCache, KvType, SeqId};
 use crate::ops::{self, RopeTable};
 use crate::par::for_each_chunk_mut;
 use crate::weights::Mat;
@@ -66,6 +65,19 @@ pub struct ContextParams {
     pub n_outputs_max: usize,
     pub n_seq_max: usize,
     pub n_threads: usize,
+    /// Precision of cached keys and of cached values.
+    pub kv_k: KvType,
+    pub kv_v: KvType,
+    /// Keep only the last `kv_window` positions (plus `kv_sinks` first ones) in layers without
+    /// a window of their own; positions may then run past `n_ctx` (context shift).
+    pub kv_window: Option<usize>,
+    pub kv_sinks: usize,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        ContextParams { n_ctx: 4096, n_ubatch: 512, n_outputs_max: 1, n_seq_max: 1, n_threads: 1, kv_k: KvType::F16, kv_v: KvType::F16, kv_window: None, kv_sinks: 4 }
+    }
 }
 
 /// Activation buffers, sized for `n_ubatch` tokens. Shapes in comments are `[tokens][width]`.
@@ -89,7 +101,8 @@ struct Scratch {
     /// quantized activations for matmul
     qbuf: Vec<u8>,
     rope: RopeTable,
-    /// per thread: [group][n_ctx] attention scores + [head_dim] f32 key/value row
+    /// per thread: [group][max_keys] attention scores + [head_dim] f32 key/value row +
+    /// [group][head_dim] rotated queries
     attn_tmp: Vec<f32>,
 }
 
@@ -121,9 +134,11 @@ impl Context {
             xo: vec![0.0; ub.min(params.n_outputs_max.max(1)) * c.n_embd],
             qbuf: Vec::with_capacity(ub * c.n_ff.max(c.n_embd) * 2),
             rope: RopeTable::new(c.n_rot),
-            attn_tmp: vec![0.0; nth * ((c.n_head / c.n_head_kv) * params.n_ctx + c.head_dim)],
+            attn_tmp: Vec::new(),
         };
-        let kv = KvCache::new(c.n_layer, params.n_ctx, c.kv_dim(), params.n_seq_max);
+        let kv = KvCache::new(c, &params);
+        let mut s = s;
+        s.attn_tmp = vec![0.0; nth * attn_tmp_stride(c, &kv)];
         let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
         Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params }
     }
@@ -226,7 +241,10 @@ impl Context {
                 k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
                 self.kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
             }
-            attention(pool, c, &self.kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp, self.params.n_ctx);
+            attention(pool, c, &self.kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp);
+            for t in b0..b1 {
+                self.kv.evict(batch.seq[t], il, batch.pos[t]);
+            }
             mm(pool, file, &lw.wo, &s.att[..n * qd], n, &mut s.xn[..n * d], &mut s.qbuf)?;
             for t in 0..n {
                 let o = &mut s.xn[t * d..(t + 1) * d];
@@ -284,39 +302,62 @@ fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32
     matmul(pool, mr, x, m, y, qbuf).map_err(|e| ModelError::Kernel(e.to_string()))
 }
 
-/// Causal (optionally sliding-window) attention of `n` batch tokens against their sequences'
-/// cached keys/values. Work items are (token, KV head) pairs: the `group` query heads sharing a
-/// KV head are handled together, so each cached key/value row is converted from f16 once per
-/// item, not once per query head. `q`: [n][n_head × head_dim] (already roped), `out`: same shape.
-#[allow(clippy::too_many_arguments)]
-fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32], n_ctx: usize) {
-    let (hd, kvd) = (c.head_dim, c.kv_dim());
+/// Floats of per-thread attention scratch: scores `[group][max_keys]`, one f32 key/value head
+/// `[head_dim]`, rotated queries `[group][head_dim]`.
+fn attn_tmp_stride(c: &ModelConfig, kv: &KvCache) -> usize {
     let group = c.n_head / c.n_head_kv;
-    let window = c.layers[il].window;
-    let tmp_stride = group * n_ctx + hd;
-    debug_assert!(tmp.len() >= pool.n_threads() * tmp_stride);
+    group * kv.max_keys() + c.head_dim.max(c.head_dim_v) + group * c.head_dim
+}
+
+/// Causal attention of `n` batch tokens against their sequences' cached keys/values, over the
+/// layer's window (sink positions + the last `window`). Work items are (token, KV head) pairs:
+/// the `group` query heads sharing a KV head are handled together, so each cached key/value head
+/// is dequantized (f16/q8/q4 → f32, into a per-thread buffer of `head_dim` floats) once per item,
+/// never the whole cache. With rotated keys the queries are rotated to match; with rotated
+/// values the output is rotated back. `q`: [n][n_head × head_dim] (already roped), `out`: same.
+#[allow(clippy::too_many_arguments)]
+fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
+    let (hd, hdv) = (c.head_dim, c.head_dim_v);
+    let group = c.n_head / c.n_head_kv;
+    let lw = kv.layer_window(il);
+    let max_keys = kv.max_keys();
+    let tmp_stride = attn_tmp_stride(c, kv);
+    let (kt, vt, rot_k, rot_v) = (kv.k_type, kv.v_type, kv.rotate_k(), kv.rotate_v());
+    let kern = kernels();
+    assert!(tmp.len() >= pool.n_threads() * tmp_stride);
     debug_assert_eq!(out.len(), n * c.q_dim());
     let tmp_base = tmp.as_mut_ptr() as usize;
-    for_each_chunk_mut(pool, out, group * hd, |ith, item, o| {
+    for_each_chunk_mut(pool, out, group * hdv, |ith, item, o| {
         let (t, kvh) = (item / c.n_head_kv, item % c.n_head_kv);
         let (seq, pos) = (batch.seq[b0 + t], batch.pos[b0 + t]);
-        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let n_keys = pos + 1 - lo;
-        let keys = kv.keys(seq, il);
-        let vals = kv.values(seq, il);
+        o.fill(0.0);
+        let Some(view) = kv.layer(seq, il) else { return };
+        let (sinks, recent) = lw.ranges(pos);
+        let n_keys = sinks.len() + recent.clone().count();
+        debug_assert!(n_keys <= max_keys);
         let q0 = t * c.q_dim() + kvh * group * hd;
-        let qg = &q[q0..q0 + group * hd];
-        // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats; row `ith` is used only by
-        // thread `ith`, one item at a time, and `tmp` is not otherwise touched meanwhile.
+        // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats (asserted above); row `ith`
+        // is used only by thread `ith`, one item at a time, and `tmp` is not otherwise touched.
         let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
-        let (scores, krow) = row.split_at_mut(group * n_ctx);
-        let krow = &mut krow[..hd];
-        // scores: [group][n_keys]
-        for (jj, j) in (lo..=pos).enumerate() {
-            let at = j * kvd + kvh * hd;
-            keys[at..at + hd].convert_to_f32_slice(krow);
+        let (scores, rest) = row.split_at_mut(group * max_keys);
+        let (krow, qrot) = rest.split_at_mut(hd.max(hdv));
+        let qg: &[f32] = if rot_k {
+            let qr = &mut qrot[..group * hd];
+            qr.copy_from_slice(&q[q0..q0 + group * hd]);
+            qr.chunks_mut(hd).for_each(crate::kv::format::hadamard);
+            qr
+        } else {
+            &q[q0..q0 + group * hd]
+        };
+        // scores: [group][n_keys]; a position not held (never written) is masked out.
+        for (jj, j) in sinks.clone().chain(recent.clone()).enumerate() {
+            let Some(kb) = view.key(j, kvh) else {
+                (0..group).for_each(|g| scores[g * n_keys + jj] = f32::NEG_INFINITY);
+                continue;
+            };
+            kern.dequant(kt, kb, &mut krow[..hd]);
             for g in 0..group {
-                let mut sc = ops::dot(&qg[g * hd..(g + 1) * hd], krow) * c.attn_scale;
+                let mut sc = (kern.dot)(&qg[g * hd..(g + 1) * hd], &krow[..hd]) * c.attn_scale;
                 if let Some(cap) = c.attn_softcap {
                     sc = cap * (sc / cap).tanh();
                 }
@@ -334,13 +375,15 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
             let inv = 1.0 / sum;
             sg.iter_mut().for_each(|sc| *sc *= inv);
         }
-        o.fill(0.0);
-        for (jj, j) in (lo..=pos).enumerate() {
-            let at = j * kvd + kvh * hd;
-            vals[at..at + hd].convert_to_f32_slice(krow);
+        for (jj, j) in sinks.chain(recent).enumerate() {
+            let Some(vb) = view.value(j, kvh) else { continue };
+            kern.dequant(vt, vb, &mut krow[..hdv]);
             for g in 0..group {
-                ops::axpy(&mut o[g * hd..(g + 1) * hd], scores[g * n_keys + jj], krow);
+                (kern.axpy)(&mut o[g * hdv..(g + 1) * hdv], scores[g * n_keys + jj], &krow[..hdv]);
             }
+        }
+        if rot_v {
+            o.chunks_mut(hdv).for_each(crate::kv::format::hadamard);
         }
     });
 }

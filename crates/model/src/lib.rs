@@ -15,7 +15,7 @@ use std::path::Path;
 pub use arch::Arch;
 pub use config::ModelConfig;
 pub use forward::{Batch, Context, ContextParams};
-pub use kv::SeqId;
+pub use kv::{kv_bytes_per_token, KvType, SeqId};
 use gguf::GgufFile;
 pub use weights::Weights;
 

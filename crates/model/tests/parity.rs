@@ -51,7 +51,7 @@ fn compare_model(model_path: &PathBuf, reference: &Value, threads: usize) -> Com
         let gen = ids(&result["gen_tokens"]);
         let rows = result["positions"].as_array().unwrap();
         let n_ctx = prompt.len() + gen.len() + 8;
-        let params = ContextParams { n_ctx, n_ubatch: 256, n_outputs_max: 256, n_seq_max: 1, n_threads: threads };
+        let params = ContextParams { n_ctx, n_ubatch: 256, n_outputs_max: 256, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
         let mut ctx = Context::new(Arc::clone(&model), params);
         let mut snug_argmax = Vec::new();
         let mut i = 0;

@@ -1,36 +1,151 @@
-//! KV cache: f16 keys and values for several sequences at once.
+//! Paged KV cache: blocks of [`BLOCK_TOKENS`] tokens × one layer's KV heads, taken from one
+//! [`BlockPool`] shared by every sequence; each sequence keeps a block table per layer.
 //!
-//! Layout per sequence and layer: `[n_ctx][n_head_kv × head_dim]` f16, slot = position. The
-//! buffers are zero-initialised with `calloc`-backed vectors, so untouched slots cost no RSS.
-//! Attention reads keys and values through [`KvCache::keys`] / [`KvCache::values`] row ranges,
-//! which is the seam where the paged block cache replaces this flat layout.
+//! Cost: one table entry (4 bytes) per 32 positions per layer; blocks are committed only when a
+//! token is written to them. Keys and values are stored separately in f16, q8 or q4
+//! ([`KvType`]); quantized keys and values are rotated per head by a Hadamard matrix first (q and
+//! the attention output are rotated to match), which spreads outlier channels so 4-bit keys stay
+//! accurate. A sliding window (the model's own, per layer, or `--window` + `--sinks`) frees
+//! blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] are copied on
+//! write.
 
-use half::f16;
+pub mod format;
+pub mod pool;
 
+use crate::config::ModelConfig;
+use crate::forward::ContextParams;
 use crate::ModelError;
+pub use format::{kernels, KvType, ParseKvTypeError};
+use pool::{BlockId, BlockPool, NO_BLOCK};
 
 /// Identifies one sequence (one conversation) in a [`crate::Context`].
 pub type SeqId = usize;
 
+/// Tokens per KV block.
+pub const BLOCK_TOKENS: usize = 32;
+
+/// KV bytes one token takes across all layers (keys and values, block scales included): what
+/// the cache really uses per position held. Layers with a sliding window hold at most
+/// `window + BLOCK_TOKENS` positions (+ the ubatch being computed).
+pub fn kv_bytes_per_token(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
+    cfg.n_layer * cfg.n_head_kv * (k.head_bytes(cfg.head_dim) + v.head_bytes(cfg.head_dim_v))
+}
+
 struct SeqKv {
-    /// [n_layer][n_ctx][kv_dim]
-    k: Vec<f16>,
-    /// [n_layer][n_ctx][kv_dim]
-    v: Vec<f16>,
+    /// [n_layer][pos / BLOCK_TOKENS] block ids (`NO_BLOCK`: never written or freed).
+    tables: Vec<Vec<BlockId>>,
+    /// [n_layer] blocks below this index (past the sinks) are known to be freed.
+    freed_to: Vec<usize>,
     /// Number of positions stored (one past the highest position written).
     len: usize,
+    /// Some block was freed by a window: positions before the window are gone for good.
+    evicted: bool,
+}
+
+/// Which positions a layer's queries see: all, or the first `sinks` plus the last `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerWindow {
+    pub window: Option<usize>,
+    pub sinks: usize,
+}
+
+impl LayerWindow {
+    /// Key ranges a query at `pos` attends to: `[0, a)` (sinks) and `[b, pos]`.
+    #[inline]
+    pub fn ranges(&self, pos: usize) -> (std::ops::Range<usize>, std::ops::RangeInclusive<usize>) {
+        let lo = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        (0..self.sinks.min(lo), lo..=pos)
+    }
 }
 
 pub struct KvCache {
     n_layer: usize,
     n_ctx: usize,
-    kv_dim: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    head_dim_v: usize,
+    pub k_type: KvType,
+    pub v_type: KvType,
+    /// Bytes of one head of keys / values.
+    k_head: usize,
+    v_head: usize,
+    /// Bytes of one token's keys / values in one layer: `n_head_kv × k_head`.
+    k_row: usize,
+    v_row: usize,
+    /// [n_layer]
+    windows: Vec<LayerWindow>,
+    /// A user window lets positions run past `n_ctx` (context shift).
+    unbounded: bool,
+    /// Keys / values are stored Hadamard-rotated per head.
+    rotate_k: bool,
+    rotate_v: bool,
+    /// Block layout: `[BLOCK_TOKENS][k_row]` keys, then `[BLOCK_TOKENS][v_row]` values.
+    pool: BlockPool,
     seqs: Vec<Option<SeqKv>>,
+    /// [max(head_dim, head_dim_v)] rotation scratch.
+    tmp: Vec<f32>,
 }
 
 impl KvCache {
-    pub fn new(n_layer: usize, n_ctx: usize, kv_dim: usize, n_seq_max: usize) -> KvCache {
-        KvCache { n_layer, n_ctx, kv_dim, seqs: (0..n_seq_max).map(|_| None).collect() }
+    pub fn new(cfg: &ModelConfig, p: &ContextParams) -> KvCache {
+        let (k_type, v_type) = (p.kv_k, p.kv_v);
+        let (hd, hdv, nh) = (cfg.head_dim, cfg.head_dim_v, cfg.n_head_kv);
+        let user = p.kv_window.filter(|&w| w > 0);
+        let windows: Vec<LayerWindow> = cfg
+            .layers
+            .iter()
+            .map(|l| match (l.window, user) {
+                (Some(w), _) => LayerWindow {
+                    window: Some(w),
+                    sinks: 0,
+                },
+                (None, Some(w)) => LayerWindow {
+                    window: Some(w),
+                    sinks: p.kv_sinks,
+                },
+                (None, None) => LayerWindow {
+                    window: None,
+                    sinks: 0,
+                },
+            })
+            .collect();
+        let (k_head, v_head) = (k_type.head_bytes(hd), v_type.head_bytes(hdv));
+        let (k_row, v_row) = (nh * k_head, nh * v_head);
+        let block_bytes = BLOCK_TOKENS * (k_row + v_row);
+        // Positions one layer of one sequence can hold at once: a window's span plus the ubatch
+        // being computed, two partly-filled edge blocks, and one copy-on-write block.
+        let ub = p.n_ubatch.max(1);
+        let span = |w: &LayerWindow| match w.window {
+            Some(win) if user.is_some() => win + ub + w.sinks,
+            Some(win) => (win + ub).min(p.n_ctx),
+            None => p.n_ctx,
+        };
+        let per_seq: usize = windows
+            .iter()
+            .map(|w| span(w).div_ceil(BLOCK_TOKENS) + 3)
+            .sum();
+        let capacity = per_seq * p.n_seq_max.max(1);
+        let pool = BlockPool::new(block_bytes, capacity, 2 * cfg.n_layer);
+        KvCache {
+            n_layer: cfg.n_layer,
+            n_ctx: p.n_ctx,
+            n_head_kv: nh,
+            head_dim: hd,
+            head_dim_v: hdv,
+            k_type,
+            v_type,
+            k_head,
+            v_head,
+            k_row,
+            v_row,
+            windows,
+            unbounded: user.is_some(),
+            rotate_k: k_type.is_quantized() && hd.is_power_of_two(),
+            rotate_v: v_type.is_quantized() && hdv.is_power_of_two(),
+            pool,
+            seqs: (0..p.n_seq_max).map(|_| None).collect(),
+            tmp: vec![0.0; hd.max(hdv)],
+        }
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -41,84 +156,308 @@ impl KvCache {
         self.seqs.len()
     }
 
-    /// Bytes of cache one token takes across all layers (keys and values).
+    /// Bytes of cache one token takes across all layers (keys and values, scales included).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layer * self.kv_dim * std::mem::size_of::<f16>()
+        self.n_layer * (self.k_row + self.v_row)
     }
 
-    fn seq_mut(&mut self, seq: SeqId) -> Result<&mut SeqKv, ModelError> {
-        let (n_layer, n_ctx, kv_dim) = (self.n_layer, self.n_ctx, self.kv_dim);
-        let slot = self.seqs.get_mut(seq).ok_or(ModelError::BadSeq { seq, n_seq_max: 0 })?;
-        Ok(slot.get_or_insert_with(|| SeqKv {
-            k: vec![f16::ZERO; n_layer * n_ctx * kv_dim],
-            v: vec![f16::ZERO; n_layer * n_ctx * kv_dim],
-            len: 0,
-        }))
+    /// Bytes of blocks currently owned by sequences.
+    pub fn bytes_used(&self) -> usize {
+        self.pool.n_used() * self.pool.block_bytes()
+    }
+
+    /// Bytes of blocks whose pages may be resident (in use, or free but kept warm).
+    pub fn bytes_committed(&self) -> usize {
+        self.pool.n_committed() * self.pool.block_bytes()
+    }
+
+    pub fn layer_window(&self, il: usize) -> LayerWindow {
+        self.windows[il]
+    }
+
+    /// True when a window lets positions grow past `n_ctx` (generation with context shift).
+    pub fn unbounded(&self) -> bool {
+        self.unbounded
+    }
+
+    /// Most keys one query can attend to (sizes attention's score buffer).
+    pub fn max_keys(&self) -> usize {
+        self.windows
+            .iter()
+            .map(|w| {
+                if self.unbounded {
+                    w.window.unwrap_or(self.n_ctx) + w.sinks
+                } else {
+                    self.n_ctx
+                }
+            })
+            .max()
+            .unwrap_or(self.n_ctx)
+            .max(1)
+    }
+
+    pub fn rotate_k(&self) -> bool {
+        self.rotate_k
+    }
+
+    pub fn rotate_v(&self) -> bool {
+        self.rotate_v
     }
 
     /// Checks that `pos` can be stored for `seq` (called before a batch runs, so a bad batch
     /// changes nothing).
     pub fn check(&self, seq: SeqId, pos: usize) -> Result<(), ModelError> {
         if seq >= self.seqs.len() {
-            return Err(ModelError::BadSeq { seq, n_seq_max: self.seqs.len() });
+            return Err(ModelError::BadSeq {
+                seq,
+                n_seq_max: self.seqs.len(),
+            });
         }
-        if pos >= self.n_ctx {
-            return Err(ModelError::ContextFull { pos, n_ctx: self.n_ctx });
+        if pos >= self.n_ctx && !self.unbounded {
+            return Err(ModelError::ContextFull {
+                pos,
+                n_ctx: self.n_ctx,
+            });
         }
         Ok(())
     }
 
-    /// Stores one token's keys and values (f32 → f16) for layer `il`.
-    pub fn write(&mut self, seq: SeqId, il: usize, pos: usize, k: &[f32], v: &[f32]) -> Result<(), ModelError> {
+    /// Stores one token's keys and values (`[n_head_kv × head_dim]` f32, roped) for layer `il`.
+    pub fn write(
+        &mut self,
+        seq: SeqId,
+        il: usize,
+        pos: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<(), ModelError> {
         self.check(seq, pos)?;
-        let (n_ctx, kv_dim) = (self.n_ctx, self.kv_dim);
-        let s = self.seq_mut(seq)?;
-        let at = (il * n_ctx + pos) * kv_dim;
-        for (d, &x) in s.k[at..at + kv_dim].iter_mut().zip(k) {
-            *d = f16::from_f32(x);
+        let n_layer = self.n_layer;
+        let s = self.seqs[seq].get_or_insert_with(|| SeqKv {
+            tables: vec![Vec::new(); n_layer],
+            freed_to: vec![0; n_layer],
+            len: 0,
+            evicted: false,
+        });
+        let (b, slot) = (pos / BLOCK_TOKENS, pos % BLOCK_TOKENS);
+        let table = &mut s.tables[il];
+        if table.len() <= b {
+            table.resize(b + 1, NO_BLOCK);
         }
-        for (d, &x) in s.v[at..at + kv_dim].iter_mut().zip(v) {
-            *d = f16::from_f32(x);
-        }
+        let id = match table[b] {
+            NO_BLOCK => self.pool.alloc()?,
+            id if self.pool.refs(id) > 1 => {
+                let new = self.pool.alloc()?;
+                self.pool.copy(id, new);
+                self.pool.release(id);
+                new
+            }
+            id => id,
+        };
+        table[b] = id;
         s.len = s.len.max(pos + 1);
+        let (k_row, v_row, k_head, v_head) = (self.k_row, self.v_row, self.k_head, self.v_head);
+        let (hd, hdv) = (self.head_dim, self.head_dim_v);
+        let block = self.pool.block_mut(id);
+        let (kb, vb) = block.split_at_mut(BLOCK_TOKENS * k_row);
+        let krow = &mut kb[slot * k_row..(slot + 1) * k_row];
+        let vrow = &mut vb[slot * v_row..(slot + 1) * v_row];
+        for h in 0..self.n_head_kv {
+            let dst = &mut krow[h * k_head..(h + 1) * k_head];
+            encode_head_rotated(
+                self.k_type,
+                self.rotate_k,
+                &k[h * hd..(h + 1) * hd],
+                dst,
+                &mut self.tmp,
+            );
+            let dst = &mut vrow[h * v_head..(h + 1) * v_head];
+            encode_head_rotated(
+                self.v_type,
+                self.rotate_v,
+                &v[h * hdv..(h + 1) * hdv],
+                dst,
+                &mut self.tmp,
+            );
+        }
         Ok(())
     }
 
-    /// Keys of layer `il` for positions `0..len` of `seq`: `[len][kv_dim]`.
-    pub fn keys(&self, seq: SeqId, il: usize) -> &[f16] {
-        self.rows(seq, il, |s| &s.k)
+    /// Frees layer `il`'s blocks of `seq` that no query at a position after `pos` can see
+    /// (outside the window, past the sinks). Call after attention has run for `pos`.
+    pub fn evict(&mut self, seq: SeqId, il: usize, pos: usize) {
+        let w = self.windows[il];
+        let Some(win) = w.window else { return };
+        let Some(Some(s)) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        // Queries after `pos` start at `pos + 2 - win`: every position below is dead.
+        let first_live = (pos + 2).saturating_sub(win);
+        let sink_blocks = w.sinks.div_ceil(BLOCK_TOKENS);
+        let end = (first_live / BLOCK_TOKENS).min(s.tables[il].len());
+        let start = s.freed_to[il].max(sink_blocks);
+        for b in start..end {
+            let id = std::mem::replace(&mut s.tables[il][b], NO_BLOCK);
+            if id != NO_BLOCK {
+                self.pool.release(id);
+                s.evicted = true;
+            }
+        }
+        s.freed_to[il] = s.freed_to[il].max(end);
     }
 
-    /// Values of layer `il` for positions `0..len` of `seq`: `[len][kv_dim]`.
-    pub fn values(&self, seq: SeqId, il: usize) -> &[f16] {
-        self.rows(seq, il, |s| &s.v)
+    /// Read access to one layer of one sequence, for attention.
+    pub fn layer(&self, seq: SeqId, il: usize) -> Option<LayerView<'_>> {
+        let s = self.seqs.get(seq)?.as_ref()?;
+        Some(LayerView {
+            bytes: self.pool.bytes(),
+            table: &s.tables[il],
+            block_bytes: self.pool.block_bytes(),
+            k_row: self.k_row,
+            v_row: self.v_row,
+            k_head: self.k_head,
+            v_head: self.v_head,
+        })
     }
 
-    fn rows(&self, seq: SeqId, il: usize, pick: impl Fn(&SeqKv) -> &Vec<f16>) -> &[f16] {
-        match self.seqs.get(seq).and_then(|s| s.as_ref()) {
-            None => &[],
-            Some(s) => {
-                let at = il * self.n_ctx * self.kv_dim;
-                &pick(s)[at..at + s.len * self.kv_dim]
+    /// Keys of `seq`, layer `il`, position `pos` as f32 `[n_head_kv × head_dim]` (rotated back),
+    /// or `None` if the position is not held. For tests and inspection.
+    pub fn read_keys(&self, seq: SeqId, il: usize, pos: usize) -> Option<Vec<f32>> {
+        let view = self.layer(seq, il)?;
+        let mut out = vec![0.0; self.n_head_kv * self.head_dim];
+        for (h, o) in out.chunks_mut(self.head_dim).enumerate() {
+            kernels().dequant(self.k_type, view.key(pos, h)?, o);
+            if self.rotate_k {
+                format::hadamard(o);
+            }
+        }
+        Some(out)
+    }
+
+    pub fn seq_len(&self, seq: SeqId) -> usize {
+        self.seqs
+            .get(seq)
+            .and_then(|s| s.as_ref())
+            .map_or(0, |s| s.len)
+    }
+
+    /// True if a window freed positions of `seq`: it cannot be truncated back before them.
+    pub fn seq_evicted(&self, seq: SeqId) -> bool {
+        self.seqs
+            .get(seq)
+            .and_then(|s| s.as_ref())
+            .is_some_and(|s| s.evicted)
+    }
+
+    /// Forgets positions `>= len` of `seq` (e.g. to re-run from a shared prefix); blocks wholly
+    /// past `len` go back to the pool.
+    pub fn seq_truncate(&mut self, seq: SeqId, len: usize) {
+        let Some(Some(s)) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        s.len = s.len.min(len);
+        let keep = len.div_ceil(BLOCK_TOKENS);
+        for table in &mut s.tables {
+            for id in table.drain(keep.min(table.len())..) {
+                if id != NO_BLOCK {
+                    self.pool.release(id);
+                }
             }
         }
     }
 
-    pub fn seq_len(&self, seq: SeqId) -> usize {
-        self.seqs.get(seq).and_then(|s| s.as_ref()).map_or(0, |s| s.len)
-    }
-
-    /// Forgets positions `>= len` of `seq` (e.g. to re-run from a shared prefix).
-    pub fn seq_truncate(&mut self, seq: SeqId, len: usize) {
-        if let Some(Some(s)) = self.seqs.get_mut(seq) {
-            s.len = s.len.min(len);
-        }
-    }
-
-    /// Drops a sequence and returns its memory.
+    /// Drops a sequence and returns its blocks.
     pub fn seq_clear(&mut self, seq: SeqId) {
-        if let Some(s) = self.seqs.get_mut(seq) {
-            *s = None;
+        if let Some(slot) = self.seqs.get_mut(seq) {
+            if let Some(s) = slot.take() {
+                for id in s.tables.into_iter().flatten() {
+                    if id != NO_BLOCK {
+                        self.pool.release(id);
+                    }
+                }
+            }
         }
+    }
+
+    /// Makes `dst` a copy of `src` that shares its blocks (copied on the first write): the base
+    /// of prompt caching. Costs one table copy, no KV bytes.
+    pub fn seq_fork(&mut self, src: SeqId, dst: SeqId) -> Result<(), ModelError> {
+        let n = self.seqs.len();
+        if src >= n || dst >= n {
+            return Err(ModelError::BadSeq {
+                seq: src.max(dst),
+                n_seq_max: n,
+            });
+        }
+        if src == dst {
+            return Ok(());
+        }
+        self.seq_clear(dst);
+        let Some(s) = &self.seqs[src] else {
+            return Ok(());
+        };
+        let copy = SeqKv {
+            tables: s.tables.clone(),
+            freed_to: s.freed_to.clone(),
+            len: s.len,
+            evicted: s.evicted,
+        };
+        for &id in copy.tables.iter().flatten() {
+            if id != NO_BLOCK {
+                self.pool.retain(id);
+            }
+        }
+        self.seqs[dst] = Some(copy);
+        Ok(())
+    }
+}
+
+/// Encodes one head, Hadamard-rotated first when `rotate` (`tmp`: scratch of ≥ `x.len()`).
+fn encode_head_rotated(ty: KvType, rotate: bool, x: &[f32], dst: &mut [u8], tmp: &mut [f32]) {
+    if rotate {
+        let t = &mut tmp[..x.len()];
+        t.copy_from_slice(x);
+        format::hadamard(t);
+        format::encode_head(ty, t, dst);
+    } else {
+        format::encode_head(ty, x, dst);
+    }
+}
+
+/// One layer of one sequence, read-only: locates each position's key / value head bytes.
+pub struct LayerView<'a> {
+    bytes: &'a [u8],
+    table: &'a [BlockId],
+    block_bytes: usize,
+    k_row: usize,
+    v_row: usize,
+    k_head: usize,
+    v_head: usize,
+}
+
+impl<'a> LayerView<'a> {
+    #[inline]
+    fn block(&self, pos: usize) -> Option<usize> {
+        match self.table.get(pos / BLOCK_TOKENS) {
+            Some(&id) if id != NO_BLOCK => Some(id as usize * self.block_bytes),
+            _ => None,
+        }
+    }
+
+    /// Key bytes of head `h` at `pos` (`None`: not held).
+    #[inline]
+    pub fn key(&self, pos: usize, h: usize) -> Option<&'a [u8]> {
+        let at = self.block(pos)? + (pos % BLOCK_TOKENS) * self.k_row + h * self.k_head;
+        Some(&self.bytes[at..at + self.k_head])
+    }
+
+    /// Value bytes of head `h` at `pos` (`None`: not held).
+    #[inline]
+    pub fn value(&self, pos: usize, h: usize) -> Option<&'a [u8]> {
+        let at = self.block(pos)?
+            + BLOCK_TOKENS * self.k_row
+            + (pos % BLOCK_TOKENS) * self.v_row
+            + h * self.v_head;
+        Some(&self.bytes[at..at + self.v_head])
     }
 }

@@ -1,0 +1,430 @@
+//! KV row formats (f16, q8, q4) and the attention kernels that read them.
+//!
+//! A row is one token's keys or values for one layer: `[n_head_kv][groups of 32 values]`. Each
+//! head is quantized on its own (a partial last group is zero-padded), so attention can read one
+//! head's bytes directly. q8 group: f16 scale + 32 × i8 (34 bytes); q4 group: f16 scale + 16 bytes
+//! of nibbles (18 bytes; value i in the low nibble of byte i, value i + 16 in the high one, as
+//! ggml's Q4_0). Kernels are compiled twice (baseline and AVX2+FMA+F16C) and chosen once at run
+//! time; the baseline versions are the reference the tests compare against.
+
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+/// Values per quantization group.
+pub const QK: usize = 32;
+/// Bytes of one q8 group: f16 scale + 32 × i8.
+pub const Q8_GROUP_BYTES: usize = 2 + QK;
+/// Bytes of one q4 group: f16 scale + 32 nibbles.
+pub const Q4_GROUP_BYTES: usize = 2 + QK / 2;
+const _: () = assert!(Q8_GROUP_BYTES == 34 && Q4_GROUP_BYTES == 18);
+
+/// Storage precision of keys or values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvType {
+    #[default]
+    F16,
+    Q8,
+    Q4,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown KV precision {0:?}: valid values are f16, q8 and q4")]
+pub struct ParseKvTypeError(pub String);
+
+impl KvType {
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8, KvType::Q4];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8 => "q8",
+            KvType::Q4 => "q4",
+        }
+    }
+
+    /// Bytes that `n` values (one head) take, block scales included.
+    pub fn head_bytes(self, n: usize) -> usize {
+        match self {
+            KvType::F16 => 2 * n,
+            KvType::Q8 => n.div_ceil(QK) * Q8_GROUP_BYTES,
+            KvType::Q4 => n.div_ceil(QK) * Q4_GROUP_BYTES,
+        }
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self != KvType::F16
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KvType {
+    type Err = ParseKvTypeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvType::F16),
+            "q8" | "q8_0" => Ok(KvType::Q8),
+            "q4" | "q4_0" => Ok(KvType::Q4),
+            _ => Err(ParseKvTypeError(s.to_string())),
+        }
+    }
+}
+
+/// Encodes one head (`x.len()` values) into `dst` (`ty.head_bytes(x.len())` bytes).
+pub fn encode_head(ty: KvType, x: &[f32], dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), ty.head_bytes(x.len()));
+    match ty {
+        KvType::F16 => {
+            for (d, &v) in dst.chunks_exact_mut(2).zip(x) {
+                d.copy_from_slice(&f16::from_f32(v).to_le_bytes());
+            }
+        }
+        KvType::Q8 => {
+            for (g, d) in x.chunks(QK).zip(dst.chunks_exact_mut(Q8_GROUP_BYTES)) {
+                let amax = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let scale = amax / 127.0;
+                let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                d[..2].copy_from_slice(&f16::from_f32(scale).to_le_bytes());
+                d[2..].fill(0);
+                for (q, &v) in d[2..].iter_mut().zip(g) {
+                    *q = ((v * inv).round() as i8) as u8;
+                }
+            }
+        }
+        KvType::Q4 => {
+            for (g, d) in x.chunks(QK).zip(dst.chunks_exact_mut(Q4_GROUP_BYTES)) {
+                // As ggml's Q4_0: the value of largest magnitude maps to -8 exactly.
+                let m = g
+                    .iter()
+                    .copied()
+                    .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+                let scale = m / -8.0;
+                let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+                d[..2].copy_from_slice(&f16::from_f32(scale).to_le_bytes());
+                let nib = |i: usize| -> u8 {
+                    g.get(i)
+                        .map_or(8, |&v| ((v * inv + 8.5) as i32).clamp(0, 15) as u8)
+                };
+                for i in 0..QK / 2 {
+                    d[2 + i] = nib(i) | (nib(i + QK / 2) << 4);
+                }
+            }
+        }
+    }
+}
+
+/// Rotates `x` (length a power of two) by the normalised Walsh–Hadamard matrix H, which is
+/// orthonormal and its own inverse: (Hq)·(Hk) = q·k, and H(Hx) = x. Spreading outlier channels
+/// over the whole head is what makes 4-bit keys usable on Qwen.
+pub fn hadamard(x: &mut [f32]) {
+    let n = x.len();
+    debug_assert!(n.is_power_of_two());
+    let mut h = 1;
+    while h < n {
+        for i in (0..n).step_by(2 * h) {
+            for j in i..i + h {
+                let (a, b) = (x[j], x[j + h]);
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+    let s = 1.0 / (n as f32).sqrt();
+    x.iter_mut().for_each(|v| *v *= s);
+}
+
+/// The kernels attention uses, chosen once for this CPU.
+pub struct Kernels {
+    pub name: &'static str,
+    /// Σ a[i]·b[i]
+    pub dot: fn(&[f32], &[f32]) -> f32,
+    /// y += a·x
+    pub axpy: fn(&mut [f32], f32, &[f32]),
+    /// One head of q8 groups → f32 (`dst.len()` values).
+    pub dequant_q8: fn(&[u8], &mut [f32]),
+    /// One head of q4 groups → f32.
+    pub dequant_q4: fn(&[u8], &mut [f32]),
+}
+
+impl Kernels {
+    /// One head of `ty` bytes → f32.
+    #[inline]
+    pub fn dequant(&self, ty: KvType, src: &[u8], dst: &mut [f32]) {
+        match ty {
+            KvType::F16 => dequant_f16(src, dst),
+            KvType::Q8 => (self.dequant_q8)(src, dst),
+            KvType::Q4 => (self.dequant_q4)(src, dst),
+        }
+    }
+}
+
+pub static GENERIC: Kernels = Kernels {
+    name: "generic",
+    dot: dot_generic,
+    axpy: axpy_generic,
+    dequant_q8: dequant_q8_generic,
+    dequant_q4: dequant_q4_generic,
+};
+
+/// The fastest kernel set this CPU runs.
+pub fn kernels() -> &'static Kernels {
+    static CHOSEN: OnceLock<&'static Kernels> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            return &avx2::KERNELS;
+        }
+        &GENERIC
+    })
+}
+
+fn dequant_f16(src: &[u8], dst: &mut [f32]) {
+    let n = dst.len();
+    assert!(
+        src.len() >= 2 * n && src.as_ptr() as usize % 2 == 0,
+        "f16 KV row misaligned or short"
+    );
+    // SAFETY: `src` holds at least `n` f16 values (checked above) at a 2-byte aligned address;
+    // every bit pattern is a valid f16.
+    let h = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, n) };
+    h.convert_to_f32_slice(dst);
+}
+
+#[inline(always)]
+fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..16 {
+            acc[j] = x[j].mul_add(y[j], acc[j]);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+#[inline(always)]
+fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d = a.mul_add(s, *d);
+    }
+}
+
+#[inline(always)]
+fn dequant_q8_impl(src: &[u8], dst: &mut [f32]) {
+    for (out, b) in dst.chunks_mut(QK).zip(src.chunks_exact(Q8_GROUP_BYTES)) {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let qs: &[u8; QK] = b[2..].try_into().expect("q8 group is 34 bytes");
+        if out.len() == QK {
+            for i in 0..QK {
+                out[i] = d * (qs[i] as i8) as f32;
+            }
+        } else {
+            for (o, &q) in out.iter_mut().zip(qs) {
+                *o = d * (q as i8) as f32;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn dequant_q4_impl(src: &[u8], dst: &mut [f32]) {
+    for (out, b) in dst.chunks_mut(QK).zip(src.chunks_exact(Q4_GROUP_BYTES)) {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let qs: &[u8; QK / 2] = b[2..].try_into().expect("q4 group is 18 bytes");
+        if out.len() == QK {
+            for i in 0..QK / 2 {
+                out[i] = d * ((qs[i] & 15) as i32 - 8) as f32;
+                out[i + QK / 2] = d * ((qs[i] >> 4) as i32 - 8) as f32;
+            }
+        } else {
+            for (i, o) in out.iter_mut().enumerate() {
+                let q = if i < QK / 2 {
+                    qs[i] & 15
+                } else {
+                    qs[i - QK / 2] >> 4
+                };
+                *o = d * (q as i32 - 8) as f32;
+            }
+        }
+    }
+}
+
+fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
+    dot_impl(a, b)
+}
+fn axpy_generic(y: &mut [f32], a: f32, x: &[f32]) {
+    axpy_impl(y, a, x)
+}
+fn dequant_q8_generic(src: &[u8], dst: &mut [f32]) {
+    dequant_q8_impl(src, dst)
+}
+fn dequant_q4_generic(src: &[u8], dst: &mut [f32]) {
+    dequant_q4_impl(src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The generic kernels recompiled with AVX2 + FMA + F16C enabled (LLVM vectorises them 8 wide).
+    use super::*;
+
+    pub static KERNELS: Kernels = Kernels {
+        name: "avx2",
+        dot,
+        axpy,
+        dequant_q8,
+        dequant_q4,
+    };
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_tf(a: &[f32], b: &[f32]) -> f32 {
+        dot_impl(a, b)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpy_tf(y: &mut [f32], a: f32, x: &[f32]) {
+        axpy_impl(y, a, x)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequant_q8_tf(src: &[u8], dst: &mut [f32]) {
+        dequant_q8_impl(src, dst)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequant_q4_tf(src: &[u8], dst: &mut [f32]) {
+        dequant_q4_impl(src, dst)
+    }
+
+    // SAFETY (all four): `KERNELS` is only handed out by `kernels()` after
+    // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU.
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        unsafe { dot_tf(a, b) }
+    }
+    fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        unsafe { axpy_tf(y, a, x) }
+    }
+    fn dequant_q8(src: &[u8], dst: &mut [f32]) {
+        unsafe { dequant_q8_tf(src, dst) }
+    }
+    fn dequant_q4(src: &[u8], dst: &mut [f32]) {
+        unsafe { dequant_q4_tf(src, dst) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+
+    fn roundtrip(ty: KvType, x: &[f32]) -> Vec<f32> {
+        let mut bytes = vec![0u8; ty.head_bytes(x.len()) + 2];
+        let off = (bytes.as_ptr() as usize) % 2; // keep f16 rows 2-byte aligned
+        let b = &mut bytes[off..off + ty.head_bytes(x.len())];
+        encode_head(ty, x, b);
+        let mut out = vec![0.0; x.len()];
+        GENERIC.dequant(ty, b, &mut out);
+        out
+    }
+
+    fn nmse(a: &[f32], b: &[f32]) -> f64 {
+        let e: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let s: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
+        e / s.max(1e-30)
+    }
+
+    #[test]
+    fn each_precision_round_trips_within_its_error_budget_over_odd_lengths() {
+        let mut r = rng(7);
+        for n in [1, 7, 31, 32, 33, 64, 100, 128, 256] {
+            let x: Vec<f32> = (0..n).map(|_| r() * 3.0).collect();
+            for (ty, budget) in [(KvType::F16, 1e-6), (KvType::Q8, 1e-4), (KvType::Q4, 2e-2)] {
+                let e = nmse(&x, &roundtrip(ty, &x));
+                assert!(e < budget, "{ty} n={n}: nmse {e} > {budget}");
+            }
+        }
+    }
+
+    #[test]
+    fn simd_kernels_match_the_generic_ones_over_odd_lengths() {
+        let k = kernels();
+        let mut r = rng(11);
+        for n in [1, 5, 16, 17, 31, 32, 33, 63, 64, 65, 128, 200, 256] {
+            let a: Vec<f32> = (0..n).map(|_| r()).collect();
+            let b: Vec<f32> = (0..n).map(|_| r()).collect();
+            let (d0, d1) = (dot_generic(&a, &b), (k.dot)(&a, &b));
+            assert!(
+                (d0 - d1).abs() <= 1e-5 * n as f32,
+                "dot n={n}: {d0} vs {d1}"
+            );
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((d0 - plain).abs() <= 1e-5 * n as f32);
+            let (mut y0, mut y1) = (b.clone(), b.clone());
+            axpy_generic(&mut y0, 0.3, &a);
+            (k.axpy)(&mut y1, 0.3, &a);
+            assert!(y0.iter().zip(&y1).all(|(p, q)| (p - q).abs() < 1e-6));
+            for ty in [KvType::Q8, KvType::Q4] {
+                let mut bytes = vec![0u8; ty.head_bytes(n)];
+                encode_head(ty, &a, &mut bytes);
+                let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
+                GENERIC.dequant(ty, &bytes, &mut o0);
+                k.dequant(ty, &bytes, &mut o1);
+                assert_eq!(o0, o1, "{ty} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn hadamard_is_orthonormal_and_its_own_inverse() {
+        let mut r = rng(3);
+        for n in [1, 2, 64, 128, 256] {
+            let q: Vec<f32> = (0..n).map(|_| r()).collect();
+            let k: Vec<f32> = (0..n).map(|_| r()).collect();
+            let (mut hq, mut hk) = (q.clone(), k.clone());
+            hadamard(&mut hq);
+            hadamard(&mut hk);
+            assert!((dot_generic(&q, &k) - dot_generic(&hq, &hk)).abs() < 1e-4);
+            hadamard(&mut hq);
+            assert!(q.iter().zip(&hq).all(|(a, b)| (a - b).abs() < 1e-5));
+        }
+    }
+
+    #[test]
+    fn precision_names_parse_and_unknown_ones_are_a_clear_error() {
+        for ty in KvType::ALL {
+            assert_eq!(ty.name().parse::<KvType>().unwrap(), ty);
+        }
+        let e = "q5".parse::<KvType>().unwrap_err().to_string();
+        assert!(e.contains("q5") && e.contains("f16, q8 and q4"), "{e}");
+    }
+
+    #[test]
+    fn block_scale_overhead_is_34_and_18_bytes_per_32_values() {
+        assert_eq!(KvType::Q8.head_bytes(128), 128 * 34 / 32);
+        assert_eq!(KvType::Q4.head_bytes(128), 128 * 18 / 32);
+        assert_eq!(KvType::F16.head_bytes(128), 256);
+    }
+}
