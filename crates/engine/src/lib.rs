@@ -1,6 +1,8 @@
 //! Running models: sampling, generation with streaming text and stop conditions, and
 //! evaluation against reference logits.
 
+#![forbid(unsafe_code)]
+
 pub mod generate;
 pub mod perplexity;
 pub mod sampling;
