@@ -58,8 +58,9 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
-    let params = cmd.run.context_params(&model, tokens.len() + 1)?;
-    let mut session = Session::new(model, tok, params, sampling);
+    let (params, planned) = cmd.run.plan(&model, tokens.len() + 1)?;
+    let mut session = Session::new(model.clone(), tok, params, sampling);
+    let residence = planned.attach(&model, &hub::resolve(&model_name)?, session.context())?;
     let gen = GenerateParams { n_predict: cmd.n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -76,5 +77,6 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
         stats.gen_tok_s(),
         stats.stop
     );
+    residence.report();
     Ok(())
 }

@@ -24,6 +24,8 @@ pub struct RunArgs {
     pub ubatch: usize,
     #[command(flatten)]
     pub kv: crate::kv_args::KvArgs,
+    #[command(flatten)]
+    pub mem: crate::mem_args::MemArgs,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -89,8 +91,29 @@ pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
 }
 
 impl RunArgs {
-    /// Context sizes for one sequence; `needed` is the least context the job needs.
+    /// Context sizes for one sequence; `needed` is the least context the job needs. Context
+    /// length and KV precision not given are chosen within the memory budget.
     pub fn context_params(&self, model: &Model, needed: usize) -> anyhow::Result<ContextParams> {
+        self.plan(model, needed).map(|(p, _)| p)
+    }
+
+    /// [`RunArgs::context_params`] and the memory plan behind it (to make weights resident with
+    /// [`crate::mem_args::Planned::attach`]).
+    pub fn plan(&self, model: &Model, needed: usize) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
+        use crate::mem_args::{from_model_kv, plan_run, to_model_kv};
+        let mut p = self.fixed_params(model, needed)?;
+        let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
+        let n_ctx_min = if self.kv.window.is_some() { 1 } else { needed };
+        let planned = plan_run(&self.mem, model, self.ctx, kv_given.then(|| from_model_kv(p.kv_k)), n_ctx_min, p.n_ubatch, p.n_threads)?;
+        p.n_ctx = planned.request.n_ctx;
+        if !kv_given {
+            p.kv_k = to_model_kv(planned.request.kv);
+            p.kv_v = p.kv_k;
+        }
+        Ok((p, planned))
+    }
+
+    fn fixed_params(&self, model: &Model, needed: usize) -> anyhow::Result<ContextParams> {
         let n_ctx = self.ctx.unwrap_or_else(|| model.config.n_ctx_train.min(4096).max(needed));
         if n_ctx == 0 {
             anyhow::bail!("--ctx must be at least 1");

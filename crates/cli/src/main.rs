@@ -6,12 +6,14 @@ mod cmd_chat;
 mod cmd_eval;
 mod cmd_inspect;
 mod cmd_perplexity;
+mod cmd_plan;
 mod cmd_pull;
 mod cmd_run;
 mod cmd_synth;
 mod cmd_tokenize;
 mod common;
 mod kv_args;
+mod mem_args;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +32,8 @@ enum Command {
     Inspect(cmd_inspect::InspectArgs),
     /// Write a random-weight model with a real shape (qwen2.5-7b, llama-3.1-8b, ...) for benchmarks.
     Synth(cmd_synth::SynthArgs),
+    /// Predict peak memory from the GGUF header; the table of contexts × KV precisions that fit.
+    Plan(cmd_plan::PlanArgs),
     /// Continue a prompt, streaming the text.
     Run(cmd_run::RunCmd),
     /// Talk with a model using its chat template.
@@ -52,6 +56,7 @@ fn main() {
         Command::Pull(a) => cmd_pull::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
         Command::Run(a) => cmd_run::run(a),
         Command::Chat(a) => cmd_chat::run(a),
         Command::Bench(a) => cmd_bench::run(a),

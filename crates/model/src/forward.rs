@@ -115,6 +115,8 @@ pub struct Context {
     /// [n_outputs_max][n_vocab]
     logits: Vec<f32>,
     n_logits: usize,
+    /// Called around every layer (weight streaming); set once, after creation.
+    observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
 }
 
 impl Context {
@@ -140,7 +142,7 @@ impl Context {
         let mut s = s;
         s.attn_tmp = vec![0.0; nth * attn_tmp_stride(c, &kv)];
         let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
-        Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params }
+        Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params, observer: Default::default() }
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -153,6 +155,12 @@ impl Context {
 
     pub fn pool(&self) -> &ThreadPool {
         &self.pool
+    }
+
+    /// Installs the hook the forward pass calls before and after each layer (e.g. a
+    /// `memory::residency::Streamer`). Only the first call takes effect; returns whether it did.
+    pub fn set_layer_observer(&self, obs: Arc<dyn memory::residency::LayerObserver>) -> bool {
+        self.observer.set(obs).is_ok()
     }
 
     /// Logits of the `i`-th output row of the last [`Context::decode`] call.
@@ -212,7 +220,11 @@ impl Context {
             }
         }
 
+        let observer = self.observer.get().cloned();
         for (il, lw) in w.layers.iter().enumerate() {
+            if let Some(o) = &observer {
+                o.before_layer(il);
+            }
             let la = c.layers[il];
             // Attention block.
             for t in 0..n {
@@ -268,6 +280,9 @@ impl Context {
                     ops::rms_norm(o, pn, c.rms_eps);
                 }
                 ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
+            }
+            if let Some(o) = &observer {
+                o.after_layer(il);
             }
         }
 

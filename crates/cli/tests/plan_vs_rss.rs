@@ -1,0 +1,190 @@
+//! `snug plan` tells the truth: its predicted peak RSS is within ±5% of the measured peak
+//! (`ru_maxrss` of the child, i.e. its `VmHWM`) of `snug run MODEL --ctx N --prompt-file F
+//! --n-predict 16` with a prompt filling the context, for each real model at contexts 512 and
+//! 4096, KV f16. Prints the measured-vs-predicted table.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SNUG: &str = env!("CARGO_BIN_EXE_snug");
+
+fn corpus() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/refdata/corpus_dev.txt");
+    let base = std::fs::read_to_string(&p).unwrap_or_else(|_| "The quick brown fox jumps over the lazy dog while the memory planner counts every byte. ".repeat(200));
+    base.repeat(4)
+}
+
+/// A prompt of at most `n_tokens` tokens under `path`'s tokenizer.
+fn prompt_file(path: &Path, n_tokens: usize, out: &Path) {
+    let f = gguf::GgufFile::open(path).expect("model opens");
+    let tok = tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer");
+    let text = corpus();
+    let (mut lo, mut hi) = (0usize, text.len());
+    while hi - lo > 16 {
+        let mid = (lo + hi) / 2;
+        let mid = (mid..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        if tok.encode(&text[..mid], true, false).len() <= n_tokens {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    std::fs::write(out, &text[..lo]).expect("prompt written");
+}
+
+/// Runs `cmd` and returns (success, stderr, peak RSS bytes of the child).
+fn run_measured(cmd: &mut Command) -> (bool, String, u64) {
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("snug starts");
+    let pid = child.id() as libc::pid_t;
+    let mut stderr = child.stderr.expect("stderr piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
+        s
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data written by wait4; pid is our own child, reaped here once.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(rc, pid, "wait4 failed");
+    let err = reader.join().unwrap_or_default();
+    (
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        err,
+        ru.ru_maxrss as u64 * 1024,
+    )
+}
+
+fn predicted(model: &Path, ctx: usize) -> u64 {
+    let out = Command::new(SNUG)
+        .args(["plan"])
+        .arg(model)
+        .args([
+            "--ctx",
+            &ctx.to_string(),
+            "--kv",
+            "f16",
+            "--load",
+            "mmap",
+            "--threads",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("snug plan runs");
+    assert!(
+        out.status.success(),
+        "snug plan failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
+    v["predicted_peak_rss_bytes"]
+        .as_u64()
+        .expect("predicted_peak_rss_bytes")
+}
+
+fn check(alias: &str, ctxs: &[usize]) -> Vec<String> {
+    let model: PathBuf = hub::model_path(alias);
+    if !model.exists() {
+        eprintln!(
+            "skipping {alias}: {} is missing; run `snug pull {alias}`",
+            model.display()
+        );
+        return vec![];
+    }
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for &ctx in ctxs {
+        let pf = std::env::temp_dir().join(format!(
+            "snug-plan-{alias}-{ctx}-{}.txt",
+            std::process::id()
+        ));
+        prompt_file(&model, ctx - 16 - 8, &pf);
+        let want = predicted(&model, ctx);
+        let (ok, err, got) = run_measured(
+            Command::new(SNUG)
+                .arg("run")
+                .arg(&model)
+                .args([
+                    "--ctx",
+                    &ctx.to_string(),
+                    "--load",
+                    "mmap",
+                    "--threads",
+                    "2",
+                    "--n-predict",
+                    "16",
+                    "--temp",
+                    "0",
+                    "--ignore-eos",
+                    "--prompt-file",
+                ])
+                .arg(&pf),
+        );
+        let _ = std::fs::remove_file(&pf);
+        assert!(ok, "snug run {alias} --ctx {ctx} failed:\n{err}");
+        let d = (want as f64 / got as f64 - 1.0) * 100.0;
+        let row = format!(
+            "| {alias} | {ctx} | {:.1} MiB | {:.1} MiB | {d:+.1}% |",
+            got as f64 / 1048576.0,
+            want as f64 / 1048576.0
+        );
+        eprintln!("{row}");
+        rows.push(row);
+        if d.abs() > 5.0 {
+            failures.push(format!(
+                "{alias} ctx {ctx}: predicted {want} B, measured {got} B ({d:+.1}%)"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "plan off by more than 5%:\n{}",
+        failures.join("\n")
+    );
+    rows
+}
+
+#[test]
+fn plan_is_within_5_percent_of_peak_rss_gemma3_270m() {
+    check("gemma3-270m", &[512, 4096]);
+}
+
+#[test]
+fn plan_is_within_5_percent_of_peak_rss_qwen05() {
+    check("qwen2.5-coder-0.5b", &[512, 4096]);
+}
+
+#[test]
+fn plan_is_within_5_percent_of_peak_rss_qwen15() {
+    check("qwen2.5-coder-1.5b", &[512, 4096]);
+}
+
+#[test]
+fn asking_for_more_than_fits_is_a_clear_error_not_an_oom_kill() {
+    let model = hub::model_path("qwen2.5-coder-0.5b");
+    if !model.exists() {
+        return;
+    }
+    let out = Command::new(SNUG)
+        .arg("run")
+        .arg(&model)
+        .args([
+            "--ram", "450M", "--load", "mmap", "--ctx", "4096", "-n", "1", "hello",
+        ])
+        .output()
+        .expect("snug runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs") && err.contains("usable") && err.contains("--load stream"),
+        "{err}"
+    );
+}

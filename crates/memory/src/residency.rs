@@ -1,0 +1,256 @@
+//! Residency of the mapped weights: prefault (`populate`), pin (`mlock`), or stream layer by
+//! layer with a [`Streamer`] that the forward pass calls around each layer.
+//!
+//! Streaming keeps layers `0..pinned` locked and, for the others, asks the kernel to read the
+//! next layer ahead (`MADV_WILLNEED`, asynchronous readahead) while the current one computes,
+//! then unmaps the layer just used (`MADV_DONTNEED`) and drops its page-cache pages
+//! (`POSIX_FADV_DONTNEED`) so a cgroup's charge for them is returned at once. Cost: two system
+//! calls per streamed layer per token; resident weights = pinned layers + about two layers.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Called by the forward pass around every layer of every micro-batch.
+pub trait LayerObserver: Send + Sync {
+    fn before_layer(&self, il: usize);
+    fn after_layer(&self, il: usize);
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// `[start, end)` of `map` widened to whole pages (for readahead and locking).
+fn outer(map: &[u8], start: usize, end: usize) -> Option<(*mut libc::c_void, usize)> {
+    let ps = page_size();
+    let base = map.as_ptr() as usize;
+    let end = end.min(map.len());
+    if start >= end {
+        return None;
+    }
+    let a = (base + start) & !(ps - 1);
+    let b = base + end;
+    Some((a as *mut libc::c_void, b - a))
+}
+
+/// `[start, end)` of `map` narrowed to whole pages (for dropping: never a neighbour's page).
+fn inner(map: &[u8], start: usize, end: usize) -> Option<(*mut libc::c_void, usize)> {
+    let ps = page_size();
+    let base = map.as_ptr() as usize;
+    let a = (base + start + ps - 1) & !(ps - 1);
+    let b = (base + end.min(map.len())) & !(ps - 1);
+    (a < b).then_some((a as *mut libc::c_void, b - a))
+}
+
+/// Reads every page of `map` in now (`MADV_WILLNEED`, then one read per page), so decoding never
+/// waits on a page fault to the disk.
+pub fn populate(map: &[u8]) {
+    if let Some((p, n)) = outer(map, 0, map.len()) {
+        // SAFETY: [p, p+n) lies within the mapping `map` borrows (page-aligned down inside the
+        // same mapping, which starts on a page boundary); WILLNEED only schedules readahead.
+        unsafe { libc::madvise(p, n, libc::MADV_WILLNEED) };
+    }
+    let ps = page_size();
+    let mut sum = 0u8;
+    for i in (0..map.len()).step_by(ps) {
+        sum = sum.wrapping_add(map[i]);
+    }
+    std::hint::black_box(sum);
+}
+
+/// `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    if rc != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(r.rlim_cur)
+}
+
+fn has_ipc_lock() -> bool {
+    // Root (or CAP_IPC_LOCK) is not bound by RLIMIT_MEMLOCK; checking effective uid covers the
+    // common case, and mlock's own error covers the rest.
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Locks `[start, end)` of `map` in memory, failing with the numbers if `RLIMIT_MEMLOCK` is too
+/// small or the kernel refuses.
+pub fn lock_range(map: &[u8], start: usize, end: usize) -> Result<(), String> {
+    let Some((p, n)) = outer(map, start, end) else {
+        return Ok(());
+    };
+    if !has_ipc_lock() {
+        if let Some(lim) = memlock_limit() {
+            if (n as u64) > lim {
+                return Err(format!(
+                    "--load mlock needs to lock {} but RLIMIT_MEMLOCK is {}; raise it (`ulimit -l unlimited`, or LimitMEMLOCK= in a systemd unit) or use --load populate",
+                    crate::fmt_bytes(n as u64),
+                    crate::fmt_bytes(lim)
+                ));
+            }
+        }
+    }
+    // SAFETY: [p, p+n) lies within the live mapping `map` borrows.
+    let rc = unsafe { libc::mlock(p, n) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("mlock of {} failed: {e}; check `ulimit -l` and the memory limit, or use --load populate", crate::fmt_bytes(n as u64)));
+    }
+    Ok(())
+}
+
+/// Locks the whole mapping (`--load mlock`).
+pub fn lock_all(map: &[u8]) -> Result<(), String> {
+    lock_range(map, 0, map.len())
+}
+
+fn unlock_range(map: &[u8], start: usize, end: usize) {
+    if let Some((p, n)) = outer(map, start, end) {
+        // SAFETY: [p, p+n) lies within the live mapping; munlock of unlocked pages is harmless.
+        unsafe { libc::munlock(p, n) };
+    }
+}
+
+/// Streams layers `pinned..n_layer` through memory; layers below `pinned` stay resident
+/// (locked if `lock`). The pinned count can only go down ([`Streamer::demote`]), which is how
+/// the pressure monitor hands memory back.
+pub struct Streamer {
+    /// Base address and length of the file mapping (owned by the model, which outlives us).
+    base: usize,
+    len: usize,
+    /// `[n_layer]` byte ranges in the file.
+    layers: Vec<(usize, usize)>,
+    pinned: AtomicUsize,
+    lock: bool,
+    file: File,
+    /// Streamed-layer drops done (for logs and tests).
+    pub drops: AtomicU64,
+}
+
+impl Streamer {
+    /// `map` must be the mapping the forward pass reads and must outlive the streamer; `path` is
+    /// the same file (opened again for `posix_fadvise`).
+    pub fn new(
+        map: &[u8],
+        path: &Path,
+        layers: Vec<(usize, usize)>,
+        pinned: usize,
+        lock: bool,
+    ) -> Result<Streamer, String> {
+        let file = File::open(path)
+            .map_err(|e| format!("opening {} for streaming: {e}", path.display()))?;
+        let pinned = pinned.min(layers.len());
+        let s = Streamer {
+            base: map.as_ptr() as usize,
+            len: map.len(),
+            layers,
+            pinned: AtomicUsize::new(pinned),
+            lock,
+            file,
+            drops: AtomicU64::new(0),
+        };
+        if lock {
+            for &(a, b) in &s.layers[..pinned] {
+                lock_range(map, a, b)?;
+            }
+        }
+        for il in pinned..s.layers.len() {
+            s.drop_layer(il);
+        }
+        Ok(s)
+    }
+
+    fn map(&self) -> &[u8] {
+        // SAFETY: `base..base+len` is the model's file mapping, which the caller of `new`
+        // guarantees outlives this streamer; we only compute addresses from it and read nothing.
+        unsafe { std::slice::from_raw_parts(self.base as *const u8, self.len) }
+    }
+
+    pub fn pinned(&self) -> usize {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    pub fn n_layer(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Stops keeping layers `pinned..` resident: they stream from the next token on.
+    pub fn demote(&self, pinned: usize) {
+        let old = self.pinned.fetch_min(pinned, Ordering::Relaxed);
+        for il in pinned.min(old)..old {
+            let (a, b) = self.layers[il];
+            if self.lock {
+                unlock_range(self.map(), a, b);
+            }
+            self.drop_layer(il);
+        }
+    }
+
+    fn prefetch(&self, il: usize) {
+        let (a, b) = self.layers[il];
+        if let Some((p, n)) = outer(self.map(), a, b) {
+            // SAFETY: within the live mapping; WILLNEED starts asynchronous readahead only.
+            unsafe { libc::madvise(p, n, libc::MADV_WILLNEED) };
+        }
+    }
+
+    fn drop_layer(&self, il: usize) {
+        let (a, b) = self.layers[il];
+        if let Some((p, n)) = inner(self.map(), a, b) {
+            // SAFETY: within the live mapping, whole pages owned by this layer only. The mapping
+            // is a private read-only file mapping: DONTNEED unmaps pages, and the next read
+            // faults them in again from the file, so no data is lost.
+            unsafe { libc::madvise(p, n, libc::MADV_DONTNEED) };
+            let off = p as usize - self.base;
+            // SAFETY: fadvise on a file descriptor we own; it only drops clean cached pages.
+            unsafe {
+                libc::posix_fadvise(
+                    self.file.as_raw_fd(),
+                    off as libc::off_t,
+                    n as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                )
+            };
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl LayerObserver for Streamer {
+    fn before_layer(&self, il: usize) {
+        let pinned = self.pinned();
+        let n = self.layers.len();
+        if pinned >= n {
+            return;
+        }
+        // Read the next streamed layer ahead (after the last one, the first streamed layer of
+        // the next token).
+        let next = if il + 1 < n { il + 1 } else { pinned };
+        if next >= pinned {
+            self.prefetch(next);
+        }
+        if il == 0 && pinned == 0 {
+            self.prefetch(0);
+        }
+    }
+
+    fn after_layer(&self, il: usize) {
+        if il >= self.pinned() {
+            self.drop_layer(il);
+        }
+    }
+}
