@@ -39,6 +39,6 @@ for alias in gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
 done
 
 step "tests (release)"
-cargo test --release --workspace
+cargo test --release --workspace --no-fail-fast
 
 step "done"
