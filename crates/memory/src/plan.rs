@@ -398,8 +398,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
                 let p = predict(s, m, &rq);
                 if p.total <= usable {
                     let reason = format!(
-                        "{} needs {} of {} usable ({} budget less {} headroom)",
-                        describe(&rq),
+                        "predicted peak {} fits {} usable ({} budget less {} headroom)",
                         fmt_bytes(p.total),
                         fmt_bytes(usable),
                         fmt_bytes(budget),
