@@ -1,6 +1,7 @@
 //! KV precision vs quality on a real model: perplexity (llama-perplexity's method, ctx 512, the
 //! first chunks of `refdata/corpus_dev.txt`) with q8/q8, q8/q4 and q4/q4 caches against f16.
-//! Budgets from issue 7: +0.5%, +2%, +5%. Skipped when the model is not in the cache.
+//! Budgets from issue 7: +0.5% (q8/q8) and +2% (q8 keys, q4 values). 4-bit keys are not yet
+//! within their +5% budget on Qwen (issue 7 stays open), so no test claims they are.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,15 +74,13 @@ struct Setup {
     chunks: usize,
 }
 
-fn setup() -> Option<Setup> {
+fn setup() -> Setup {
     let path = hub::model_path("qwen2.5-coder-0.5b");
-    if !path.exists() {
-        eprintln!(
-            "skipped: {} is not downloaded (snug pull qwen2.5-coder-0.5b)",
-            path.display()
-        );
-        return None;
-    }
+    assert!(
+        path.exists(),
+        "{} is missing: run `snug pull qwen2.5-coder-0.5b` (scripts/test.sh does this)",
+        path.display()
+    );
     let chunks: usize = std::env::var("SNUG_KV_PPL_CHUNKS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -95,16 +94,16 @@ fn setup() -> Option<Setup> {
     let toks = tok.encode(&text, true, false);
     assert!(toks.len() >= chunks * N_CTX);
     let bos = if tok.add_bos() { tok.bos() } else { None };
-    Some(Setup {
+    Setup {
         model,
         toks,
         bos,
         chunks,
-    })
+    }
 }
 
 fn check(cases: &[(KvType, KvType, f64)]) {
-    let Some(s) = setup() else { return };
+    let s = setup();
     let base = perplexity(&s.model, &s.toks, s.bos, s.chunks, KvType::F16, KvType::F16);
     eprintln!(
         "qwen2.5-coder-0.5b f16: ppl {base:.4} ({} chunks)",
@@ -132,13 +131,4 @@ fn qwen05_q8_keys_with_q8_or_q4_values_within_budget_of_f16() {
         (KvType::Q8, KvType::Q8, 0.005),
         (KvType::Q8, KvType::Q4, 0.02),
     ]);
-}
-
-/// Known failure (issue 7 stays open): Hadamard-rotated q4 keys do not yet survive Qwen's
-/// outlier key channels (qwen2.5-coder-1.5b: ppl 2958 vs 5.37 with f16, as llama.cpp's q4_0).
-/// Next step: per-channel key scales over each 32-token block (KIVI) with an f16 tail block.
-#[test]
-#[ignore = "q4 keys on Qwen are not yet within budget; see the doc comment"]
-fn qwen05_q4_keys_and_values_within_5_percent_of_f16() {
-    check(&[(KvType::Q4, KvType::Q4, 0.05)]);
 }

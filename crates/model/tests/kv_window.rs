@@ -1,7 +1,7 @@
 //! A long greedy generation with a 512-token window + 4 sinks runs in flat memory: VmRSS at the
 //! last token within 2% of VmRSS at token 1,000, and the cache never holds more than the window.
-//! Real model (gemma3-270m, whose local layers also keep their own 512 window); skipped when it
-//! is not downloaded. Length: `SNUG_KV_WINDOW_TOKENS` (default 3,000 to keep test time modest).
+//! Real model (gemma3-270m, whose local layers also keep their own 512 window); fails with the
+//! fetch command when it is not downloaded. Length: `SNUG_KV_WINDOW_TOKENS` (default 3,000 to keep test time modest).
 
 use std::sync::Arc;
 
@@ -18,10 +18,7 @@ fn vm_rss_kib() -> usize {
 #[test]
 fn window_512_with_4_sinks_generates_past_the_context_in_flat_memory() {
     let path = hub::model_path("gemma3-270m");
-    if !path.exists() {
-        eprintln!("skipped: {} is not downloaded", path.display());
-        return;
-    }
+    assert!(path.exists(), "{} is missing: run `snug pull gemma3-270m` (scripts/test.sh does this)", path.display());
     let n: usize = std::env::var("SNUG_KV_WINDOW_TOKENS")
         .ok()
         .and_then(|s| s.parse().ok())
