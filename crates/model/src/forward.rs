@@ -230,9 +230,7 @@ impl Context {
             for t in 0..n {
                 ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps);
             }
-            mm(pool, file, &lw.wq, &s.xn[..n * d], n, &mut s.q[..n * qd], &mut s.qbuf)?;
-            mm(pool, file, &lw.wk, &s.xn[..n * d], n, &mut s.k[..n * kvd], &mut s.qbuf)?;
-            mm(pool, file, &lw.wv, &s.xn[..n * d], n, &mut s.v[..n * kvd], &mut s.qbuf)?;
+            mm_shared_input(pool, file, &[&lw.wq, &lw.wk, &lw.wv], &s.xn[..n * d], n, &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]], &mut s.qbuf)?;
             for t in 0..n {
                 let (q, k, v) = (&mut s.q[t * qd..(t + 1) * qd], &mut s.k[t * kvd..(t + 1) * kvd], &mut s.v[t * kvd..(t + 1) * kvd]);
                 if let Some(b) = &lw.bq {
@@ -270,8 +268,7 @@ impl Context {
             for t in 0..n {
                 ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps);
             }
-            mm(pool, file, &lw.gate, &s.xn[..n * d], n, &mut s.gate[..n * ff], &mut s.qbuf)?;
-            mm(pool, file, &lw.up, &s.xn[..n * d], n, &mut s.up[..n * ff], &mut s.qbuf)?;
+            mm_shared_input(pool, file, &[&lw.gate, &lw.up], &s.xn[..n * d], n, &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]], &mut s.qbuf)?;
             ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
             mm(pool, file, &lw.down, &s.gate[..n * ff], n, &mut s.xn[..n * d], &mut s.qbuf)?;
             for t in 0..n {
@@ -310,6 +307,23 @@ impl Context {
         }
         Ok(())
     }
+}
+
+/// Several matrices applied to the same input: when they share an activation format, the input
+/// is quantized once and the pool is handed the work once (`matmul_multi`); otherwise one call each.
+fn mm_shared_input(pool: &ThreadPool, file: &[u8], ws: &[&Mat], x: &[f32], m: usize, ys: &mut [&mut [f32]], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+    let vdt = quant::kernels::vec_dot_type(ws[0].ty);
+    if ws.iter().all(|w| quant::kernels::vec_dot_type(w.ty) == vdt) {
+        let mut refs = [MatRef { ty: ws[0].ty, data: &[], rows: 0, cols: 0 }; quant::kernels::MAX_MULTI];
+        for (r, w) in refs.iter_mut().zip(ws) {
+            *r = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
+        }
+        return quant::kernels::matmul_multi(pool, &refs[..ws.len()], x, m, ys, qbuf).map_err(|e| ModelError::Kernel(e.to_string()));
+    }
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        mm(pool, file, w, x, m, y, qbuf)?;
+    }
+    Ok(())
 }
 
 fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
