@@ -224,6 +224,7 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
                 let xt = &acts[t * x_row..(t + 1) * x_row];
                 for r in r0..r1 {
                     let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
+                    prefetch_bytes(p.data, r * p.w_row + PREFETCH_AHEAD, p.w_row);
                     // SAFETY: ISA checked by matmul; full rows.
                     let v = unsafe { (p.k.dot)(cols, wr, xt) };
                     // SAFETY: rows r0..r1 of this part belong to this chunk alone; t < m.
@@ -259,4 +260,33 @@ fn sweep<const N: usize>(
         }
     }
     N
+}
+
+/// How far ahead of the row being multiplied decode asks for weight bytes. One token's decode
+/// streams each weight once, and the hardware prefetcher alone keeps too few cache lines in
+/// flight for a core to reach its share of the memory bandwidth: hinting the next 4 KiB of the
+/// chunk measured +3% to +15% decode tok/s on the 0.5B/1.5B models (2 threads, A/B runs);
+/// 2 KiB and 8 KiB measured the same as 4 KiB.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Hint the cache lines of `data[start..start + len]` (clipped to `data`) into L1; a no-op off
+/// x86_64 (aarch64 cores prefetch streams well on their own).
+#[inline]
+fn prefetch_bytes(data: &[u8], start: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (start + len).min(data.len());
+        let mut o = start;
+        while o < end {
+            // SAFETY: prefetch is a hint that never faults; the address is inside `data`.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    data.as_ptr().add(o).cast(),
+                )
+            };
+            o += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, start, len);
 }
