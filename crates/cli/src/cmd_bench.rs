@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use model::{Batch, Context, ContextParams, Model};
+use model::{Batch, Context, Model};
 use quant::threads::ThreadPool;
 use serde_json::json;
 
-use crate::common::{default_threads, load};
+use crate::common::{open, RunArgs};
+use crate::kv_args::kv_label;
 
 #[derive(Args, Debug)]
 pub struct BenchCmd {
@@ -25,19 +26,16 @@ pub struct BenchCmd {
     /// Repetitions of each test; medians are reported.
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: usize,
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
-    /// Prompt tokens per forward call.
-    #[arg(long, default_value_t = 512)]
-    pub ubatch: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Generation starts after this many tokens already in the KV cache (decode at depth).
     #[arg(short = 'd', long, default_value_t = 0)]
     pub depth: usize,
+    /// Context, threads, micro-batch, KV and memory flags, as for `snug run` (the context
+    /// defaults to what the tests need).
     #[command(flatten)]
-    pub kv: crate::kv_args::KvArgs,
+    pub run: RunArgs,
 }
 
 /// Bytes of weights one decoded token reads: every layer matrix and the output matrix
@@ -48,10 +46,11 @@ pub fn weight_bytes_per_token(model: &Model) -> u64 {
     layers + w.output.len as u64 + w.tok_embd.row_bytes() as u64
 }
 
-/// Median read bandwidth (bytes/s) of a plain parallel sum over a 1 GiB buffer.
-pub fn measure_read_bandwidth(pool: &ThreadPool) -> f64 {
-    const BYTES: usize = 1 << 30;
-    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+/// Median read bandwidth (bytes/s) of a plain parallel sum over a buffer of `bytes` (1 GiB is
+/// far beyond any cache).
+pub fn measure_read_bandwidth(pool: &ThreadPool, bytes: usize) -> f64 {
+    let buf: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
+    let bytes = buf.len() * 8;
     let mut rates = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
@@ -68,7 +67,7 @@ pub fn measure_read_bandwidth(pool: &ThreadPool) -> f64 {
             sums[ith].store(acc.iter().fold(0u64, |a, &b| a.wrapping_add(b)), std::sync::atomic::Ordering::Relaxed);
         });
         std::hint::black_box(&sums);
-        rates.push(BYTES as f64 / t.elapsed().as_secs_f64());
+        rates.push(bytes as f64 / t.elapsed().as_secs_f64());
     }
     median(&mut rates)
 }
@@ -93,13 +92,16 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     if cmd.reps == 0 {
         anyhow::bail!("--reps must be at least 1");
     }
-    let (model, _tok) = load(&cmd.model)?;
-    let threads = cmd.threads.unwrap_or_else(default_threads);
+    let m = open(&cmd.model)?;
+    let model = &m.model;
     let n_vocab = model.config.n_vocab as u32;
-    let n_ctx = cmd.n_prompt.max(cmd.depth + cmd.n_gen) + 1;
-    let mut params = ContextParams { n_ctx: n_ctx.max(16), n_ubatch: cmd.ubatch.max(1), n_outputs_max: 1, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
-    cmd.kv.apply(&mut params)?;
-    let mut ctx = Context::new(Arc::clone(&model), params);
+    let needed = (cmd.n_prompt.max(cmd.depth + cmd.n_gen) + 1).max(16);
+    let mut run = cmd.run.clone();
+    run.ctx = run.ctx.or(Some(needed));
+    let (params, planned) = run.plan(model, needed)?;
+    let (threads, kv_label) = (params.n_threads, kv_label(params.kv_k, params.kv_v));
+    let mut ctx = Context::new(Arc::clone(model), params);
+    let residence = planned.attach(model, &m.path, &ctx)?;
     // Deterministic pseudo-random tokens (speed does not depend on which tokens).
     let token = |i: usize| ((i as u64).wrapping_mul(2654435761) % n_vocab as u64) as u32;
     let mut batch = Batch::default();
@@ -137,8 +139,13 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             tg.push(cmd.n_gen as f64 / t.elapsed().as_secs_f64());
         }
     }
-    let bytes_per_tok = weight_bytes_per_token(&model);
-    let bw = measure_read_bandwidth(ctx.pool());
+    // Peak RSS of the tests themselves, before the bandwidth buffer adds to it.
+    residence.report();
+    let bytes_per_tok = weight_bytes_per_token(model);
+    // The bandwidth buffer must not push the run past its memory budget: at most half of what
+    // the plan leaves free, at least 64 MiB, at most 1 GiB.
+    let spare = planned.budget.bytes.saturating_sub(planned.prediction.total) / 2;
+    let bw = measure_read_bandwidth(ctx.pool(), spare.clamp(64 << 20, 1 << 30) as usize);
     let tg_med = if tg.is_empty() { 0.0 } else { median(&mut tg.clone()) };
     let pp_med = if pp.is_empty() { 0.0 } else { median(&mut pp.clone()) };
     let eff = tg_med * bytes_per_tok as f64;
@@ -151,7 +158,8 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         "n_gen": cmd.n_gen,
         "reps": cmd.reps,
         "depth": cmd.depth,
-        "kv": cmd.kv.label()?,
+        "kv": kv_label,
+        "memory": memory::plan::describe(&planned.request),
         "pp_tok_s": pp_med,
         "tg_tok_s": tg_med,
         "pp": if pp.is_empty() { json!(null) } else { stats(&pp) },
@@ -169,7 +177,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             println!("pp{:<6} {:>8.1} tok/s (min {:.1}, max {:.1})", cmd.n_prompt, pp_med, out["pp"]["min"].as_f64().unwrap_or(0.0), out["pp"]["max"].as_f64().unwrap_or(0.0));
         }
         if !tg.is_empty() {
-            println!("tg{:<6} {:>8.2} tok/s at depth {} (KV {}) (min {:.2}, max {:.2})", cmd.n_gen, tg_med, cmd.depth, out["kv"].as_str().unwrap_or(""), out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
+            println!("tg{:<6} {:>8.2} tok/s at depth {} ({}) (min {:.2}, max {:.2})", cmd.n_gen, tg_med, cmd.depth, out["memory"].as_str().unwrap_or(""), out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
         }
         println!(
             "decode streams {:.1} MB of weights per token = {:.2} GB/s; machine read bandwidth {:.2} GB/s ({:.0}%)",

@@ -11,7 +11,7 @@ use clap::Args;
 use engine::{GenerateParams, Session};
 use tokenizer::{ChatMessage, ChatTemplate};
 
-use crate::common::{load, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::common::{open, RunArgs, SamplingArgs, DEFAULT_MODEL};
 
 #[derive(Args, Debug)]
 pub struct ChatCmd {
@@ -32,13 +32,15 @@ pub struct ChatCmd {
 
 pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     let sampling = cmd.sampling.params()?;
-    let (model, tok) = load(&cmd.model)?;
-    let template = ChatTemplate::from_gguf(&model.file, &tok)?;
+    let m = open(&cmd.model)?;
+    let tok = Arc::clone(&m.tok);
+    let template = ChatTemplate::from_gguf(&m.model.file, &tok)?;
     if template.is_fallback() {
         eprintln!("note: {} has no chat template; using a ChatML-style fallback", cmd.model);
     }
-    let params = cmd.run.context_params(&model, 1)?;
-    let mut session = Session::new(model, Arc::clone(&tok), params, sampling);
+    let (params, planned) = cmd.run.plan(&m.model, 1)?;
+    let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
+    let residence = planned.attach(&m.model, &m.path, session.context())?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = Arc::clone(&interrupted);
@@ -97,5 +99,6 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             if interrupted.load(Ordering::SeqCst) { " | interrupted" } else { "" }
         );
     }
+    residence.report();
     Ok(())
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 use engine::{GenerateParams, Session};
 
-use crate::common::{load, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::common::{open, RunArgs, SamplingArgs, DEFAULT_MODEL};
 
 #[derive(Args, Debug)]
 pub struct RunCmd {
@@ -53,14 +53,14 @@ fn model_and_prompt(cmd: &RunCmd) -> anyhow::Result<(String, String)> {
 pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let (model_name, prompt) = model_and_prompt(&cmd)?;
     let sampling = cmd.sampling.params()?;
-    let (model, tok) = load(&model_name)?;
-    let tokens = tok.encode(&prompt, true, !cmd.no_special);
+    let m = open(&model_name)?;
+    let tokens = m.tok.encode(&prompt, true, !cmd.no_special);
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
-    let (params, planned) = cmd.run.plan(&model, tokens.len() + 1)?;
-    let mut session = Session::new(model.clone(), tok, params, sampling);
-    let residence = planned.attach(&model, &hub::resolve(&model_name)?, session.context())?;
+    let (params, planned) = cmd.run.plan(&m.model, tokens.len() + 1)?;
+    let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
+    let residence = planned.attach(&m.model, &m.path, session.context())?;
     let gen = GenerateParams { n_predict: cmd.n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

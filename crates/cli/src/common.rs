@@ -1,5 +1,6 @@
 //! Flags shared by the verbs that run a model, and loading a model with its tokenizer.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -79,26 +80,36 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// A model resolved to its file and loaded with its tokenizer.
+pub struct Loaded {
+    /// The `.gguf` file (residency modes open it again for `posix_fadvise`).
+    pub path: PathBuf,
+    pub model: Arc<Model>,
+    pub tok: Arc<Tokenizer>,
+}
+
 /// Resolves `name` (alias or path; pulls an alias if needed) and loads model and tokenizer.
-pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
+pub fn open(name: &str) -> anyhow::Result<Loaded> {
     let path = hub::resolve(name)?;
     let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let tok = Tokenizer::from_gguf(&model.file).with_context(|| format!("reading the tokenizer of {}", path.display()))?;
     if tok.n_vocab() != model.config.n_vocab {
         anyhow::bail!("{}: tokenizer has {} tokens but the model's embedding has {}", path.display(), tok.n_vocab(), model.config.n_vocab);
     }
-    Ok((Arc::new(model), Arc::new(tok)))
+    Ok(Loaded { path, model: Arc::new(model), tok: Arc::new(tok) })
+}
+
+/// [`open`] for the verbs that do not manage memory (eval, perplexity).
+pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
+    open(name).map(|m| (m.model, m.tok))
 }
 
 impl RunArgs {
-    /// Context sizes for one sequence; `needed` is the least context the job needs. Context
-    /// length and KV precision not given are chosen within the memory budget.
-    pub fn context_params(&self, model: &Model, needed: usize) -> anyhow::Result<ContextParams> {
-        self.plan(model, needed).map(|(p, _)| p)
-    }
-
-    /// [`RunArgs::context_params`] and the memory plan behind it (to make weights resident with
-    /// [`crate::mem_args::Planned::attach`]).
+    /// Context sizes for one sequence and the memory plan behind them; `needed` is the least
+    /// context the job needs. Context length and KV precision not given are chosen within the
+    /// memory budget. Every verb that runs a model goes through here and then
+    /// [`crate::mem_args::Planned::attach`], so `--ram`, `--load` and `--verbose` mean the same
+    /// everywhere.
     pub fn plan(&self, model: &Model, needed: usize) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
         use crate::mem_args::{from_model_kv, plan_run, to_model_kv};
         let mut p = self.fixed_params(model, needed)?;

@@ -4,6 +4,15 @@
 use clap::Args;
 use model::{ContextParams, KvType};
 
+/// `f16` when keys and values agree, else `keys/values` such as `q8/q4`.
+pub fn kv_label(k: KvType, v: KvType) -> String {
+    if k == v {
+        k.to_string()
+    } else {
+        format!("{k}/{v}")
+    }
+}
+
 #[derive(Args, Clone, Debug, Default)]
 pub struct KvArgs {
     /// KV cache precision for keys and values: f16, q8 or q4.
@@ -45,11 +54,7 @@ impl KvArgs {
     /// Short label such as `q8/q4` (keys/values).
     pub fn label(&self) -> anyhow::Result<String> {
         let (k, v) = self.types()?;
-        Ok(if k == v {
-            k.to_string()
-        } else {
-            format!("{k}/{v}")
-        })
+        Ok(kv_label(k, v))
     }
 
     /// Fills the KV fields of `p`.

@@ -1,0 +1,69 @@
+//! `--ram`, `--load` and `--verbose` mean the same to `snug run`, `snug chat` and `snug bench`:
+//! each verb prints the same plan line for the same flags, makes the weights resident the way
+//! `--load` says (streaming shows up as layer drops at exit) and, with `--verbose`, reports its
+//! peak RSS against the prediction.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+const SNUG: &str = env!("CARGO_BIN_EXE_snug");
+const ALIAS: &str = "qwen2.5-coder-0.5b";
+
+fn model() -> PathBuf {
+    hub::resolve(ALIAS).unwrap_or_else(|e| panic!("{ALIAS} is needed: {e} (fetch it with `snug pull {ALIAS}`)"))
+}
+
+/// Runs one verb with `mem` flags (and `stdin` for chat); returns its stderr, failing on a
+/// non-zero exit.
+fn verb(verb: &str, mem: &[&str]) -> String {
+    let m = model();
+    let mut cmd = Command::new(SNUG);
+    cmd.arg(verb).arg(&m).args(["--ctx", "256", "--threads", "2"]).args(mem);
+    match verb {
+        "run" => cmd.args(["-n", "4", "--temp", "0", "Hello"]),
+        "chat" => cmd.args(["-n", "4", "--temp", "0"]),
+        "bench" => cmd.args(["-p", "16", "-n", "4", "-r", "1"]),
+        other => panic!("no such verb in this test: {other}"),
+    };
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("snug starts");
+    if let Some(mut stdin) = child.stdin.take() {
+        // Chat reads one message, answers it, then sees the end of input; the others ignore it.
+        let _ = stdin.write_all(b"Hello\n");
+    }
+    let out = child.wait_with_output().expect("snug finishes");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "snug {verb} {mem:?} failed:\n{err}");
+    err
+}
+
+/// The `snug: ctx …, KV …, <residency> — reason; budget …` line.
+fn plan_line(err: &str) -> String {
+    err.lines().find(|l| l.starts_with("snug: ctx ")).unwrap_or_else(|| panic!("no plan line in:\n{err}")).to_string()
+}
+
+#[test]
+fn chat_and_bench_stream_weights_under_ram_and_report_like_run() {
+    let flags = ["--ram", "330M", "--load", "stream", "--verbose"];
+    let lines: Vec<(String, String)> = ["run", "chat", "bench"].iter().map(|v| (v.to_string(), verb(v, &flags))).collect();
+    let want = plan_line(&lines[0].1);
+    assert!(want.contains("stream (") && want.contains("budget 330.0 MiB from --ram"), "{want}");
+    for (v, err) in &lines {
+        assert_eq!(plan_line(err), want, "snug {v} planned differently from snug run");
+        assert!(err.contains("peak RSS (VmHWM)"), "snug {v} --verbose did not report peak RSS:\n{err}");
+        let drops = err.lines().find(|l| l.contains("layer drops")).unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
+        assert!(!drops.contains(" 0 layer drops"), "snug {v}: {drops}");
+    }
+}
+
+#[test]
+fn chat_and_bench_honour_populate_and_mlock() {
+    for load in ["populate", "mlock"] {
+        for v in ["run", "chat", "bench"] {
+            // --ram bounds the buffer bench measures bandwidth with (at most half of what the
+            // plan leaves free), which keeps this test quick.
+            let line = plan_line(&verb(v, &["--load", load, "--ram", "700M"]));
+            assert!(line.contains(&format!("KV f16, {load} —")), "snug {v} --load {load}: {line}");
+        }
+    }
+}
