@@ -39,19 +39,41 @@ pub enum KvType {
     F16,
     /// 32 values in 8 bits + one f16 scale: 34 bytes per 32 values.
     Q8,
-    /// 32 values in 4 bits + one f16 scale: 18 bytes per 32 values.
+    /// Values: 32 values in 4 bits + one f16 scale, 18 bytes per 32 values. Keys: per channel
+    /// over 32-token blocks (4 bits + an f16 scale and min per channel per block), 20 bytes per
+    /// 32 values, plus the block being filled kept in f16.
     Q4,
 }
 
 impl KvType {
     pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8, KvType::Q4];
 
-    /// Bytes for `n` values (`n` a multiple of 32 in practice; rounded up to whole blocks).
+    /// Bytes for `n` values of one token's value head (`n` a multiple of 32 in practice;
+    /// rounded up to whole blocks).
     pub fn bytes(self, n: u64) -> u64 {
         match self {
             KvType::F16 => 2 * n,
             KvType::Q8 => n.div_ceil(32) * 34,
             KvType::Q4 => n.div_ceil(32) * 18,
+        }
+    }
+
+    /// Bytes one token's key head of `d` channels takes (`model::KvType::k_head_bytes`): a q4
+    /// key block of 32 tokens is `32 × ceil(d/2)` nibble bytes + `d` f16 scales + `d` f16 mins,
+    /// rounded up to a multiple of 32.
+    pub fn key_head_bytes(self, d: u64) -> u64 {
+        match self {
+            KvType::F16 | KvType::Q8 => self.bytes(d),
+            KvType::Q4 => (4 * d + 32 * d.div_ceil(2)).next_multiple_of(32) / 32,
+        }
+    }
+
+    /// Bytes of f16 keys kept per layer outside the blocks for the block being filled: 32
+    /// tokens of `kv_dim` values with q4 keys, none otherwise.
+    pub fn staged_bytes(self, kv_dim: u64) -> u64 {
+        match self {
+            KvType::Q4 => 32 * kv_dim * 2,
+            KvType::F16 | KvType::Q8 => 0,
         }
     }
 
@@ -219,7 +241,13 @@ pub struct Prediction {
 
 /// KV bytes for one token position in every layer (no windows): what a paged cache grows by.
 pub fn kv_bytes_per_token(s: &Shape, kv: KvType) -> u64 {
-    s.n_layer as u64 * 2 * kv.bytes(s.kv_dim() as u64)
+    s.n_layer as u64 * kv_row_bytes(s, kv)
+}
+
+/// KV bytes of one token in one layer: every KV head's keys and values.
+fn kv_row_bytes(s: &Shape, kv: KvType) -> u64 {
+    let hd = s.head_dim as u64;
+    s.n_head_kv as u64 * (kv.key_head_bytes(hd) + kv.bytes(hd))
 }
 
 /// Tokens per KV block of the paged cache (`model::kv::BLOCK_TOKENS`).
@@ -228,8 +256,10 @@ pub const KV_BLOCK_TOKENS: usize = 32;
 /// KV bytes at the peak of a full context of `n_ctx` positions. Blocks hold 32 positions; with
 /// `windowed`, a sliding-window layer holds at most its window plus the micro-batch being
 /// computed plus one partly filled edge block (freed blocks are reused before fresh ones).
+/// q4 keys add each layer's f16 block being filled.
 pub fn kv_bytes(s: &Shape, kv: KvType, n_ctx: usize, n_ubatch: usize, windowed: bool) -> u64 {
-    let row = 2 * kv.bytes(s.kv_dim() as u64);
+    let row = kv_row_bytes(s, kv);
+    let staged = s.n_layer as u64 * kv.staged_bytes(s.kv_dim() as u64);
     (0..s.n_layer)
         .map(|il| {
             let w = if windowed {
@@ -242,7 +272,8 @@ pub fn kv_bytes(s: &Shape, kv: KvType, n_ctx: usize, n_ubatch: usize, windowed: 
             });
             row * (pos.div_ceil(KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS) as u64
         })
-        .sum()
+        .sum::<u64>()
+        + staged
 }
 
 /// Weight bytes resident under `r`: the whole file when every page is read each token (tied
@@ -582,6 +613,20 @@ mod tests {
         assert_eq!(KvType::F16.bytes(64), 128);
         assert_eq!(KvType::Q8.bytes(64), 68);
         assert_eq!(KvType::Q4.bytes(64), 36);
+    }
+
+    #[test]
+    fn q4_keys_cost_a_scale_and_a_min_per_channel_per_32_tokens() {
+        assert_eq!(KvType::Q4.key_head_bytes(64), 40);
+        assert_eq!(KvType::Q8.key_head_bytes(64), 68);
+        let (s, _) = qwen7b();
+        // 4 KV heads × (80 + 72) bytes per layer.
+        assert_eq!(kv_bytes_per_token(&s, KvType::Q4), 28 * 4 * (80 + 72));
+        let staged = 28 * 32 * 512 * 2;
+        assert_eq!(
+            kv_bytes(&s, KvType::Q4, 4096, 512, false),
+            kv_bytes_per_token(&s, KvType::Q4) * 4096 + staged
+        );
     }
 
     #[test]

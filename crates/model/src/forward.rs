@@ -11,7 +11,7 @@ use quant::kernels::{matmul, MatRef};
 use quant::threads::ThreadPool;
 
 use crate::config::ModelConfig;
-use crate::kv::{kernels, KvCache, KvType, SeqId};
+use crate::kv::{kernels, key_scratch_floats, KvCache, KvType, SeqId};
 use crate::ops::{self, RopeTable};
 use crate::par::for_each_chunk_mut;
 use crate::weights::Mat;
@@ -332,18 +332,19 @@ fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32
 }
 
 /// Floats of per-thread attention scratch: scores `[group][max_keys]`, one f32 key/value head
-/// `[head_dim]`, rotated queries `[group][head_dim]`.
+/// (plus per-channel key scales and mins), rotated queries `[group][head_dim]`.
 fn attn_tmp_stride(c: &ModelConfig, kv: &KvCache) -> usize {
     let group = c.n_head / c.n_head_kv;
-    group * kv.max_keys() + c.head_dim.max(c.head_dim_v) + group * c.head_dim
+    group * kv.max_keys() + key_scratch_floats(c.head_dim).max(c.head_dim_v) + group * c.head_dim
 }
 
 /// Causal attention of `n` batch tokens against their sequences' cached keys/values, over the
 /// layer's window (sink positions + the last `window`). Work items are (token, KV head) pairs:
 /// the `group` query heads sharing a KV head are handled together, so each cached key/value head
-/// is dequantized (f16/q8/q4 → f32, into a per-thread buffer of `head_dim` floats) once per item,
-/// never the whole cache. With rotated keys the queries are rotated to match; with rotated
-/// values the output is rotated back. `q`: [n][n_head × head_dim] (already roped), `out`: same.
+/// is dequantized (f16/q8/q4 → f32, into a per-thread buffer of `head_dim` floats; per-channel
+/// key scales once per block) once per item, never the whole cache. With rotated keys the
+/// queries are rotated to match; with rotated values the output is rotated back.
+/// `q`: [n][n_head × head_dim] (already roped), `out`: same.
 #[allow(clippy::too_many_arguments)]
 fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
     let (hd, hdv) = (c.head_dim, c.head_dim_v);
@@ -351,7 +352,7 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
     let lw = kv.layer_window(il);
     let max_keys = kv.max_keys();
     let tmp_stride = attn_tmp_stride(c, kv);
-    let (kt, vt, rot_k, rot_v) = (kv.k_type, kv.v_type, kv.rotate_k(), kv.rotate_v());
+    let (vt, rot_k, rot_v) = (kv.v_type, kv.rotate_k(), kv.rotate_v());
     let kern = kernels();
     assert!(tmp.len() >= pool.n_threads() * tmp_stride);
     debug_assert_eq!(out.len(), n * c.q_dim());
@@ -369,7 +370,7 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
         // is used only by thread `ith`, one item at a time, and `tmp` is not otherwise touched.
         let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
         let (scores, rest) = row.split_at_mut(group * max_keys);
-        let (krow, qrot) = rest.split_at_mut(hd.max(hdv));
+        let (krow, qrot) = rest.split_at_mut(key_scratch_floats(hd).max(hdv));
         let qg: &[f32] = if rot_k {
             let qr = &mut qrot[..group * hd];
             qr.copy_from_slice(&q[q0..q0 + group * hd]);
@@ -378,23 +379,18 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
         } else {
             &q[q0..q0 + group * hd]
         };
-        // scores: [group][n_keys]; a position not held (never written) is masked out.
-        for (jj, j) in sinks.clone().chain(recent.clone()).enumerate() {
-            let Some(kb) = view.key(j, kvh) else {
-                (0..group).for_each(|g| scores[g * n_keys + jj] = f32::NEG_INFINITY);
-                continue;
-            };
-            kern.dequant(kt, kb, &mut krow[..hd]);
-            for g in 0..group {
-                let mut sc = (kern.dot)(&qg[g * hd..(g + 1) * hd], &krow[..hd]) * c.attn_scale;
-                if let Some(cap) = c.attn_softcap {
-                    sc = cap * (sc / cap).tanh();
-                }
-                scores[g * n_keys + jj] = sc;
-            }
-        }
+        // scores: [group][n_keys]; a position not held (never written) scores -inf.
+        let n_sinks = sinks.len();
+        view.key_scores(kvh, sinks.clone(), qg, scores, n_keys, krow);
+        view.key_scores(kvh, *recent.start()..pos + 1, qg, &mut scores[n_sinks..], n_keys, krow);
         for g in 0..group {
             let sg = &mut scores[g * n_keys..(g + 1) * n_keys];
+            for sc in sg.iter_mut().filter(|sc| sc.is_finite()) {
+                *sc *= c.attn_scale;
+                if let Some(cap) = c.attn_softcap {
+                    *sc = cap * (*sc / cap).tanh();
+                }
+            }
             let max = sg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0;
             for sc in sg.iter_mut() {

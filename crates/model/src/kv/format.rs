@@ -1,11 +1,19 @@
-//! KV row formats (f16, q8, q4) and the attention kernels that read them.
+//! KV formats (f16, q8, q4) and the attention kernels that read them.
 //!
-//! A row is one token's keys or values for one layer: `[n_head_kv][groups of 32 values]`. Each
-//! head is quantized on its own (a partial last group is zero-padded), so attention can read one
-//! head's bytes directly. q8 group: f16 scale + 32 × i8 (34 bytes); q4 group: f16 scale + 16 bytes
-//! of nibbles (18 bytes; value i in the low nibble of byte i, value i + 16 in the high one, as
-//! ggml's Q4_0). Kernels are compiled twice (baseline and AVX2+FMA+F16C) and chosen once at run
-//! time; the baseline versions are the reference the tests compare against.
+//! Values, and f16/q8 keys, are stored per token: one row is one token's heads for one layer,
+//! `[n_head_kv][groups of 32 values]`, each head quantized on its own (a partial last group is
+//! zero-padded). q8 group: f16 scale + 32 × i8 (34 bytes); q4 group: f16 scale + 16 bytes of
+//! nibbles (18 bytes; value i in the low nibble of byte i, value i + 16 in the high one, as
+//! ggml's Q4_0).
+//!
+//! q4 keys are quantized per channel instead (KIVI): a block of [`KEY_BLOCK_TOKENS`] tokens of
+//! one head is `[d] f16 scales, [d] f16 mins, [32 tokens][d/2] nibbles`, each channel with its
+//! own scale and zero point over the 32 tokens, so Qwen's large, steady outlier channels no
+//! longer crush every other channel of the token to zero (per-token q4 keys: +288% perplexity on
+//! qwen2.5-coder-0.5b). A block can only be encoded once its 32 tokens are known; the cache keeps
+//! the block being filled in f16 meanwhile. Kernels are compiled twice (baseline and
+//! AVX2+FMA+F16C) and chosen once at run time; the baseline versions are the reference the tests
+//! compare against.
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -20,6 +28,15 @@ pub const Q8_GROUP_BYTES: usize = 2 + QK;
 /// Bytes of one q4 group: f16 scale + 32 nibbles.
 pub const Q4_GROUP_BYTES: usize = 2 + QK / 2;
 const _: () = assert!(Q8_GROUP_BYTES == 34 && Q4_GROUP_BYTES == 18);
+/// Tokens per per-channel q4 key block (the cache's block size).
+pub const KEY_BLOCK_TOKENS: usize = 32;
+
+/// Bytes of one head (`d` channels) of one per-channel q4 key block: `d` f16 scales, `d` f16
+/// mins, then 32 rows of `ceil(d/2)` nibble bytes (channel i in the low nibble of byte i, channel
+/// i + ceil(d/2) in the high one); rounded up to a multiple of 32 so a token's share is whole.
+pub fn key_block_q4_bytes(d: usize) -> usize {
+    (4 * d + KEY_BLOCK_TOKENS * d.div_ceil(2)).next_multiple_of(KEY_BLOCK_TOKENS)
+}
 
 /// Storage precision of keys or values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -45,13 +62,27 @@ impl KvType {
         }
     }
 
-    /// Bytes that `n` values (one head) take, block scales included.
-    pub fn head_bytes(self, n: usize) -> usize {
+    /// Bytes one token's value head of `n` values takes, block scales included.
+    pub fn v_head_bytes(self, n: usize) -> usize {
         match self {
             KvType::F16 => 2 * n,
             KvType::Q8 => n.div_ceil(QK) * Q8_GROUP_BYTES,
             KvType::Q4 => n.div_ceil(QK) * Q4_GROUP_BYTES,
         }
+    }
+
+    /// Bytes one token's key head of `d` channels takes: as a value head, except q4 keys, whose
+    /// per-channel scales and mins are shared by the 32 tokens of a block.
+    pub fn k_head_bytes(self, d: usize) -> usize {
+        match self {
+            KvType::F16 | KvType::Q8 => self.v_head_bytes(d),
+            KvType::Q4 => key_block_q4_bytes(d) / KEY_BLOCK_TOKENS,
+        }
+    }
+
+    /// Keys are stored per channel in blocks of 32 tokens (q4), not token by token.
+    pub fn k_per_channel(self) -> bool {
+        self == KvType::Q4
     }
 
     pub fn is_quantized(self) -> bool {
@@ -77,9 +108,9 @@ impl FromStr for KvType {
     }
 }
 
-/// Encodes one head (`x.len()` values) into `dst` (`ty.head_bytes(x.len())` bytes).
+/// Encodes one token's head (`x.len()` values) into `dst` (`ty.v_head_bytes(x.len())` bytes).
 pub fn encode_head(ty: KvType, x: &[f32], dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), ty.head_bytes(x.len()));
+    debug_assert_eq!(dst.len(), ty.v_head_bytes(x.len()));
     match ty {
         KvType::F16 => {
             for (d, &v) in dst.chunks_exact_mut(2).zip(x) {
@@ -120,9 +151,48 @@ pub fn encode_head(ty: KvType, x: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Encodes one head of a per-channel q4 key block: channel `c` of token `j` is
+/// `rows[j * stride + c]` (`j < 32`, `c < d`); `dst` is `key_block_q4_bytes(d)` bytes. Each
+/// channel maps its minimum to 0 and its maximum to 15 (scale and min rounded to f16 first, so
+/// decoding inverts exactly what was encoded).
+pub fn encode_key_block_q4(rows: &[f16], stride: usize, d: usize, dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), key_block_q4_bytes(d));
+    debug_assert!(rows.len() >= (KEY_BLOCK_TOKENS - 1) * stride + d);
+    let half = d.div_ceil(2);
+    let (params, nibbles) = dst.split_at_mut(4 * d);
+    nibbles.fill(0);
+    for c in 0..d {
+        let x = |j: usize| rows[j * stride + c].to_f32();
+        let (lo, hi) = (0..KEY_BLOCK_TOKENS).fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), j| {
+            (lo.min(x(j)), hi.max(x(j)))
+        });
+        let (scale, min) = (f16::from_f32((hi - lo) / 15.0), f16::from_f32(lo));
+        params[2 * c..2 * c + 2].copy_from_slice(&scale.to_le_bytes());
+        params[2 * (d + c)..2 * (d + c) + 2].copy_from_slice(&min.to_le_bytes());
+        let (scale, min) = (scale.to_f32(), min.to_f32());
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let (byte, shift) = if c < half { (c, 0) } else { (c - half, 4) };
+        for j in 0..KEY_BLOCK_TOKENS {
+            let q = ((x(j) - min) * inv).round().clamp(0.0, 15.0) as u8;
+            nibbles[j * half + byte] |= q << shift;
+        }
+    }
+}
+
+/// Token `slot` of one head of a per-channel q4 key block (`block`, `key_block_q4_bytes(d)`
+/// bytes) → `row` (`d` floats). `chan`: the block's scales then mins as f32 (`2d` floats,
+/// [`dequant_f16`] of its first `4d` bytes), decoded once per block.
+#[inline]
+pub fn key_block_q4_row(k: &Kernels, block: &[u8], d: usize, slot: usize, chan: &[f32], row: &mut [f32]) {
+    let half = d.div_ceil(2);
+    let at = 4 * d + slot * half;
+    (k.dequant_key_q4)(&block[at..at + half], &chan[..d], &chan[d..2 * d], row);
+}
+
 /// Rotates `x` (length a power of two) by the normalised Walsh–Hadamard matrix H, which is
-/// orthonormal and its own inverse: (Hq)·(Hk) = q·k, and H(Hx) = x. Spreading outlier channels
-/// over the whole head is what makes 4-bit keys usable on Qwen.
+/// orthonormal and its own inverse: (Hq)·(Hk) = q·k, and H(Hx) = x. It spreads outlier channels
+/// over the whole head before per-token quantization (q8 keys, quantized values); it does not
+/// rescue per-token q4 keys on Qwen, whose outliers per-channel q4 keys handle instead.
 pub fn hadamard(x: &mut [f32]) {
     let n = x.len();
     debug_assert!(n.is_power_of_two());
@@ -152,6 +222,9 @@ pub struct Kernels {
     pub dequant_q8: fn(&[u8], &mut [f32]),
     /// One head of q4 groups → f32.
     pub dequant_q4: fn(&[u8], &mut [f32]),
+    /// One token of a per-channel q4 key block: `ceil(d/2)` nibble bytes, with per-channel
+    /// scales and mins (f32, `d` each) → f32 (`d` values).
+    pub dequant_key_q4: fn(&[u8], &[f32], &[f32], &mut [f32]),
 }
 
 impl Kernels {
@@ -172,6 +245,7 @@ pub static GENERIC: Kernels = Kernels {
     axpy: axpy_generic,
     dequant_q8: dequant_q8_generic,
     dequant_q4: dequant_q4_generic,
+    dequant_key_q4: dequant_key_q4_generic,
 };
 
 /// The fastest kernel set this CPU runs.
@@ -189,7 +263,8 @@ pub fn kernels() -> &'static Kernels {
     })
 }
 
-fn dequant_f16(src: &[u8], dst: &mut [f32]) {
+/// f16 values (2-byte aligned little-endian bytes, at least `dst.len()` values) → f32.
+pub fn dequant_f16(src: &[u8], dst: &mut [f32]) {
     let n = dst.len();
     assert!(
         src.len() >= 2 * n && src.as_ptr() as usize % 2 == 0,
@@ -267,6 +342,22 @@ fn dequant_q4_impl(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+#[inline(always)]
+fn dequant_key_q4_impl(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+    let d = dst.len();
+    let half = d.div_ceil(2);
+    let (lo, hi) = dst.split_at_mut(half);
+    let (s_lo, s_hi) = scale[..d].split_at(half);
+    let (m_lo, m_hi) = min[..d].split_at(half);
+    let nibbles = &nibbles[..half];
+    for i in 0..half {
+        lo[i] = s_lo[i].mul_add((nibbles[i] & 15) as f32, m_lo[i]);
+    }
+    for i in 0..hi.len() {
+        hi[i] = s_hi[i].mul_add((nibbles[i] >> 4) as f32, m_hi[i]);
+    }
+}
+
 fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
     dot_impl(a, b)
 }
@@ -278,6 +369,9 @@ fn dequant_q8_generic(src: &[u8], dst: &mut [f32]) {
 }
 fn dequant_q4_generic(src: &[u8], dst: &mut [f32]) {
     dequant_q4_impl(src, dst)
+}
+fn dequant_key_q4_generic(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+    dequant_key_q4_impl(nibbles, scale, min, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -291,6 +385,7 @@ mod avx2 {
         axpy,
         dequant_q8,
         dequant_q4,
+        dequant_key_q4,
     };
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -309,8 +404,12 @@ mod avx2 {
     unsafe fn dequant_q4_tf(src: &[u8], dst: &mut [f32]) {
         dequant_q4_impl(src, dst)
     }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequant_key_q4_tf(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+        dequant_key_q4_impl(nibbles, scale, min, dst)
+    }
 
-    // SAFETY (all four): `KERNELS` is only handed out by `kernels()` after
+    // SAFETY (all five): `KERNELS` is only handed out by `kernels()` after
     // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU.
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         unsafe { dot_tf(a, b) }
@@ -323,6 +422,9 @@ mod avx2 {
     }
     fn dequant_q4(src: &[u8], dst: &mut [f32]) {
         unsafe { dequant_q4_tf(src, dst) }
+    }
+    fn dequant_key_q4(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+        unsafe { dequant_key_q4_tf(nibbles, scale, min, dst) }
     }
 }
 
@@ -341,9 +443,9 @@ mod tests {
     }
 
     fn roundtrip(ty: KvType, x: &[f32]) -> Vec<f32> {
-        let mut bytes = vec![0u8; ty.head_bytes(x.len()) + 2];
+        let mut bytes = vec![0u8; ty.v_head_bytes(x.len()) + 2];
         let off = (bytes.as_ptr() as usize) % 2; // keep f16 rows 2-byte aligned
-        let b = &mut bytes[off..off + ty.head_bytes(x.len())];
+        let b = &mut bytes[off..off + ty.v_head_bytes(x.len())];
         encode_head(ty, x, b);
         let mut out = vec![0.0; x.len()];
         GENERIC.dequant(ty, b, &mut out);
@@ -387,14 +489,82 @@ mod tests {
             (k.axpy)(&mut y1, 0.3, &a);
             assert!(y0.iter().zip(&y1).all(|(p, q)| (p - q).abs() < 1e-6));
             for ty in [KvType::Q8, KvType::Q4] {
-                let mut bytes = vec![0u8; ty.head_bytes(n)];
+                let mut bytes = vec![0u8; ty.v_head_bytes(n)];
                 encode_head(ty, &a, &mut bytes);
                 let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
                 GENERIC.dequant(ty, &bytes, &mut o0);
                 k.dequant(ty, &bytes, &mut o1);
                 assert_eq!(o0, o1, "{ty} n={n}");
             }
+            let (scale, min): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (r().abs(), r())).unzip();
+            let nibbles: Vec<u8> = (0..n.div_ceil(2)).map(|i| (i * 37 % 256) as u8).collect();
+            let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
+            (GENERIC.dequant_key_q4)(&nibbles, &scale, &min, &mut o0);
+            (k.dequant_key_q4)(&nibbles, &scale, &min, &mut o1);
+            assert_eq!(o0, o1, "q4 key row n={n}");
         }
+    }
+
+    /// Keys shaped like Qwen's: a few channels with a large, steady offset over the block.
+    fn outlier_keys(d: usize, seed: u64) -> Vec<f16> {
+        let mut r = rng(seed);
+        (0..KEY_BLOCK_TOKENS * d)
+            .map(|i| {
+                let c = i % d;
+                let v = r() + if c % 16 == 3 { 60.0 + 5.0 * r() } else { 0.0 };
+                f16::from_f32(v)
+            })
+            .collect()
+    }
+
+    /// Every token of one head of a per-channel q4 key block, decoded.
+    fn decode_key_block(block: &[u8], d: usize) -> Vec<f32> {
+        let mut chan = vec![0.0; 2 * d];
+        dequant_f16(&block[..4 * d], &mut chan);
+        let mut out = vec![0.0; KEY_BLOCK_TOKENS * d];
+        for (slot, row) in out.chunks_mut(d).enumerate() {
+            key_block_q4_row(&GENERIC, block, d, slot, &chan, row);
+        }
+        out
+    }
+
+    #[test]
+    fn per_channel_q4_keys_keep_small_channels_next_to_outliers() {
+        for d in [1, 7, 32, 33, 64, 128, 256] {
+            let x = outlier_keys(d, d as u64);
+            let mut block = vec![0u8; key_block_q4_bytes(d)];
+            encode_key_block_q4(&x, d, d, &mut block);
+            let got = decode_key_block(&block, d);
+            let want: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+            // Error per channel is at most half a step of that channel's own range.
+            for c in 0..d {
+                let col = |v: &[f32]| (0..KEY_BLOCK_TOKENS).map(|j| v[j * d + c]).collect::<Vec<_>>();
+                let (w, g) = (col(&want), col(&got));
+                let range = w.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+                    - w.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                let err = w.iter().zip(&g).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                assert!(err <= range / 30.0 + 0.05, "d={d} channel {c}: error {err}, range {range}");
+            }
+            // Per-token q4 of the same keys loses the small channels under the outliers.
+            if d >= 32 {
+                let small = |v: &[f32]| -> Vec<f32> {
+                    v.iter().enumerate().filter(|(i, _)| i % d % 16 != 3).map(|(_, &v)| v).collect()
+                };
+                let per_token: Vec<f32> = want.chunks(d).flat_map(|t| roundtrip(KvType::Q4, t)).collect();
+                let (e_chan, e_tok) = (nmse(&small(&want), &small(&got)), nmse(&small(&want), &small(&per_token)));
+                assert!(e_chan < 0.02 && e_tok > 10.0 * e_chan, "d={d}: per-channel {e_chan}, per-token {e_tok}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_constant_channel_decodes_exactly_to_its_f16_value() {
+        let d = 64;
+        let x: Vec<f16> = (0..KEY_BLOCK_TOKENS * d).map(|i| f16::from_f32((i % d) as f32 * 0.25 - 3.0)).collect();
+        let mut block = vec![0u8; key_block_q4_bytes(d)];
+        encode_key_block_q4(&x, d, d, &mut block);
+        let got = decode_key_block(&block, d);
+        assert!(x.iter().zip(&got).all(|(a, b)| a.to_f32() == *b));
     }
 
     #[test]
@@ -423,8 +593,21 @@ mod tests {
 
     #[test]
     fn block_scale_overhead_is_34_and_18_bytes_per_32_values() {
-        assert_eq!(KvType::Q8.head_bytes(128), 128 * 34 / 32);
-        assert_eq!(KvType::Q4.head_bytes(128), 128 * 18 / 32);
-        assert_eq!(KvType::F16.head_bytes(128), 256);
+        assert_eq!(KvType::Q8.v_head_bytes(128), 128 * 34 / 32);
+        assert_eq!(KvType::Q4.v_head_bytes(128), 128 * 18 / 32);
+        assert_eq!(KvType::F16.v_head_bytes(128), 256);
+        assert_eq!(KvType::Q8.k_head_bytes(128), KvType::Q8.v_head_bytes(128));
+    }
+
+    #[test]
+    fn per_channel_q4_keys_cost_20_bytes_per_32_values() {
+        // 32 tokens × d/2 nibble bytes + d f16 scales + d f16 mins, per head per block.
+        for d in [64, 128, 256] {
+            assert_eq!(key_block_q4_bytes(d), 16 * d + 4 * d);
+            assert_eq!(KvType::Q4.k_head_bytes(d), d / 32 * 20);
+        }
+        // Odd sizes round up to whole bytes per token.
+        assert_eq!(key_block_q4_bytes(7), 32 * 4 + 28 + 4);
+        assert_eq!(KvType::Q4.k_head_bytes(7), 5);
     }
 }

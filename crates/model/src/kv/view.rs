@@ -1,0 +1,156 @@
+//! Read access to one layer of one sequence, for attention: scores a group of queries against
+//! the cached keys block by block, dequantizing one key head at a time into a `head_dim` buffer
+//! (per-channel q4 blocks decode their scales and mins once per block), and locates value heads.
+
+use std::ops::Range;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::format::{dequant_f16, kernels, key_block_q4_row, KvType};
+use super::pool::{BlockId, NO_BLOCK};
+use super::BLOCK_TOKENS;
+
+/// One layer of one sequence, read-only.
+pub struct LayerView<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) table: &'a [BlockId],
+    pub(super) block_bytes: usize,
+    pub(super) k_type: KvType,
+    pub(super) n_head_kv: usize,
+    pub(super) head_dim: usize,
+    /// Bytes of one token's keys / values (all heads); `BLOCK_TOKENS × k_row` key bytes start a
+    /// block, values follow.
+    pub(super) k_row: usize,
+    pub(super) v_row: usize,
+    /// Bytes of one token's value head; of one token's key head (per-token keys) or of one
+    /// head's 32-token block (per-channel keys).
+    pub(super) k_head: usize,
+    pub(super) v_head: usize,
+    /// Block whose keys are still being filled (per-channel keys), held in `staged`.
+    pub(super) tail: usize,
+    /// [BLOCK_TOKENS][n_head_kv × head_dim] f16 keys of block `tail`.
+    pub(super) staged: &'a [f16],
+}
+
+/// Where the keys of one block live.
+#[derive(Clone, Copy)]
+enum KeyBlock<'a> {
+    /// Not held: never written, or freed by a window.
+    Missing,
+    /// `[BLOCK_TOKENS][n_head_kv][k_head]` per-token rows (f16, q8).
+    Rows(&'a [u8]),
+    /// `[n_head_kv][k_head]` per-channel q4 blocks (`format::encode_key_block_q4`).
+    Channels(&'a [u8]),
+    /// The block being filled: `[BLOCK_TOKENS][n_head_kv × head_dim]` f16.
+    Staged(&'a [f16]),
+}
+
+/// Floats of scratch [`LayerView::key_scores`] needs: one key head plus per-channel scales and
+/// mins.
+pub fn key_scratch_floats(head_dim: usize) -> usize {
+    3 * head_dim
+}
+
+impl<'a> LayerView<'a> {
+    #[inline]
+    fn block(&self, b: usize) -> Option<usize> {
+        match self.table.get(b) {
+            Some(&id) if id != NO_BLOCK => Some(id as usize * self.block_bytes),
+            _ => None,
+        }
+    }
+
+    fn key_block(&self, b: usize) -> KeyBlock<'a> {
+        let Some(at) = self.block(b) else {
+            return KeyBlock::Missing;
+        };
+        if b == self.tail {
+            return KeyBlock::Staged(self.staged);
+        }
+        let keys = &self.bytes[at..at + BLOCK_TOKENS * self.k_row];
+        if self.k_type.k_per_channel() {
+            KeyBlock::Channels(keys)
+        } else {
+            KeyBlock::Rows(keys)
+        }
+    }
+
+    /// Decodes head `h`'s per-channel scales and mins of a `Channels` block into `chan`
+    /// (`[2 × head_dim]`); other blocks need nothing.
+    fn load_channels(&self, src: KeyBlock<'_>, h: usize, chan: &mut [f32]) {
+        if let KeyBlock::Channels(k) = src {
+            let d = self.head_dim;
+            dequant_f16(&k[h * self.k_head..h * self.k_head + 4 * d], &mut chan[..2 * d]);
+        }
+    }
+
+    /// Key head `h` at `slot` of `src` → `row` (`head_dim` floats); false if not held.
+    /// `chan`: what [`Self::load_channels`] left for this block and head.
+    #[inline]
+    fn key_into(&self, src: KeyBlock<'_>, h: usize, slot: usize, row: &mut [f32], chan: &[f32]) -> bool {
+        let d = self.head_dim;
+        match src {
+            KeyBlock::Missing => return false,
+            KeyBlock::Rows(k) => {
+                let at = slot * self.k_row + h * self.k_head;
+                kernels().dequant(self.k_type, &k[at..at + self.k_head], row);
+            }
+            KeyBlock::Channels(k) => {
+                let block = &k[h * self.k_head..(h + 1) * self.k_head];
+                key_block_q4_row(kernels(), block, d, slot, chan, row);
+            }
+            KeyBlock::Staged(st) => {
+                let at = (slot * self.n_head_kv + h) * d;
+                st[at..at + d].convert_to_f32_slice(row);
+            }
+        }
+        true
+    }
+
+    /// Raw scores `q_g · k_p` of the queries `q` (`[group][head_dim]`, rotated to match the
+    /// keys) against key head `h` at positions `range`: the i-th position's score for query g
+    /// goes to `scores[g × stride + i]`; a position not held scores −∞. `tmp`: scratch of
+    /// [`key_scratch_floats`] floats.
+    pub fn key_scores(&self, h: usize, range: Range<usize>, q: &[f32], scores: &mut [f32], stride: usize, tmp: &mut [f32]) {
+        let d = self.head_dim;
+        let dot = kernels().dot;
+        let (row, chan) = tmp.split_at_mut(d);
+        let mut p = range.start;
+        while p < range.end {
+            let b = p / BLOCK_TOKENS;
+            let end = range.end.min((b + 1) * BLOCK_TOKENS);
+            let src = self.key_block(b);
+            self.load_channels(src, h, chan);
+            for p in p..end {
+                let i = p - range.start;
+                let held = self.key_into(src, h, p % BLOCK_TOKENS, row, chan);
+                for (g, qg) in q.chunks_exact(d).enumerate() {
+                    scores[g * stride + i] = if held { dot(qg, row) } else { f32::NEG_INFINITY };
+                }
+            }
+            p = end;
+        }
+    }
+
+    /// Key head `h` at `pos` as f32 (as stored: rotated if the cache rotates keys), or `None`
+    /// if not held. Allocates; for tests and inspection.
+    pub fn key(&self, pos: usize, h: usize) -> Option<Vec<f32>> {
+        let src = self.key_block(pos / BLOCK_TOKENS);
+        let mut tmp = vec![0.0; key_scratch_floats(self.head_dim)];
+        let (row, chan) = tmp.split_at_mut(self.head_dim);
+        self.load_channels(src, h, chan);
+        self.key_into(src, h, pos % BLOCK_TOKENS, row, chan)
+            .then(|| row.to_vec())
+    }
+
+    /// Value bytes of head `h` at `pos` (`None`: not held).
+    #[inline]
+    pub fn value(&self, pos: usize, h: usize) -> Option<&'a [u8]> {
+        let at = self.block(pos / BLOCK_TOKENS)?
+            + BLOCK_TOKENS * self.k_row
+            + (pos % BLOCK_TOKENS) * self.v_row
+            + h * self.v_head;
+        Some(&self.bytes[at..at + self.v_head])
+    }
+}
