@@ -37,11 +37,11 @@ pub const EMBD_WINDOWS_PER_SQRT_TOKEN: f64 = 4.0;
 #[serde(rename_all = "lowercase")]
 pub enum KvType {
     F16,
-    /// 32 values in 8 bits + one f16 scale: 34 bytes per 32 values.
-    Q8,
-    /// Values: 32 values in 4 bits + one f16 scale, 18 bytes per 32 values. Keys: per channel
-    /// over 32-token blocks (4 bits + an f16 scale and min per channel per block), 20 bytes per
+    /// Values: 32 values in 8 bits + one f16 scale, 34 bytes per 32 values. Keys: per channel
+    /// over 32-token blocks (8 bits + an f16 scale and min per channel per block), 36 bytes per
     /// 32 values, plus the block being filled kept in f16.
+    Q8,
+    /// As `Q8` with 4 bits: values 18 bytes per 32 values, keys 20.
     Q4,
 }
 
@@ -58,22 +58,24 @@ impl KvType {
         }
     }
 
-    /// Bytes one token's key head of `d` channels takes (`model::KvType::k_head_bytes`): a q4
-    /// key block of 32 tokens is `32 × ceil(d/2)` nibble bytes + `d` f16 scales + `d` f16 mins,
-    /// rounded up to a multiple of 32.
+    /// Bytes one token's key head of `d` channels takes (`model::KvType::k_head_bytes`): a
+    /// quantized key block of 32 tokens is 32 rows of codes (`d` bytes for q8, `ceil(d/2)` for
+    /// q4) + `d` f16 scales + `d` f16 mins, rounded up to a multiple of 32.
     pub fn key_head_bytes(self, d: u64) -> u64 {
+        let block = |codes: u64| (4 * d + 32 * codes).div_ceil(32);
         match self {
-            KvType::F16 | KvType::Q8 => self.bytes(d),
-            KvType::Q4 => (4 * d + 32 * d.div_ceil(2)).next_multiple_of(32) / 32,
+            KvType::F16 => self.bytes(d),
+            KvType::Q8 => block(d),
+            KvType::Q4 => block(d.div_ceil(2)),
         }
     }
 
     /// Bytes of f16 keys kept per layer outside the blocks for the block being filled: 32
-    /// tokens of `kv_dim` values with q4 keys, none otherwise.
+    /// tokens of `kv_dim` values with quantized keys, none with f16 keys.
     pub fn staged_bytes(self, kv_dim: u64) -> u64 {
         match self {
-            KvType::Q4 => 32 * kv_dim * 2,
-            KvType::F16 | KvType::Q8 => 0,
+            KvType::Q8 | KvType::Q4 => 32 * kv_dim * 2,
+            KvType::F16 => 0,
         }
     }
 
@@ -256,7 +258,7 @@ pub const KV_BLOCK_TOKENS: usize = 32;
 /// KV bytes at the peak of a full context of `n_ctx` positions. Blocks hold 32 positions; with
 /// `windowed`, a sliding-window layer holds at most its window plus the micro-batch being
 /// computed plus one partly filled edge block (freed blocks are reused before fresh ones).
-/// q4 keys add each layer's f16 block being filled.
+/// Quantized keys add each layer's f16 block being filled.
 pub fn kv_bytes(s: &Shape, kv: KvType, n_ctx: usize, n_ubatch: usize, windowed: bool) -> u64 {
     let row = kv_row_bytes(s, kv);
     let staged = s.n_layer as u64 * kv.staged_bytes(s.kv_dim() as u64);
@@ -616,9 +618,10 @@ mod tests {
     }
 
     #[test]
-    fn q4_keys_cost_a_scale_and_a_min_per_channel_per_32_tokens() {
+    fn quantized_keys_cost_a_scale_and_a_min_per_channel_per_32_tokens() {
         assert_eq!(KvType::Q4.key_head_bytes(64), 40);
-        assert_eq!(KvType::Q8.key_head_bytes(64), 68);
+        assert_eq!(KvType::Q8.key_head_bytes(64), 72);
+        assert_eq!(KvType::F16.key_head_bytes(64), 128);
         let (s, _) = qwen7b();
         // 4 KV heads × (80 + 72) bytes per layer.
         assert_eq!(kv_bytes_per_token(&s, KvType::Q4), 28 * 4 * (80 + 72));

@@ -332,18 +332,18 @@ fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32
 }
 
 /// Floats of per-thread attention scratch: scores `[group][max_keys]`, one f32 key/value head
-/// (plus per-channel key scales and mins), rotated queries `[group][head_dim]`.
+/// (plus per-channel key scales and mins).
 fn attn_tmp_stride(c: &ModelConfig, kv: &KvCache) -> usize {
     let group = c.n_head / c.n_head_kv;
-    group * kv.max_keys() + key_scratch_floats(c.head_dim).max(c.head_dim_v) + group * c.head_dim
+    group * kv.max_keys() + key_scratch_floats(c.head_dim).max(c.head_dim_v)
 }
 
 /// Causal attention of `n` batch tokens against their sequences' cached keys/values, over the
 /// layer's window (sink positions + the last `window`). Work items are (token, KV head) pairs:
 /// the `group` query heads sharing a KV head are handled together, so each cached key/value head
 /// is dequantized (f16/q8/q4 → f32, into a per-thread buffer of `head_dim` floats; per-channel
-/// key scales once per block) once per item, never the whole cache. With rotated keys the
-/// queries are rotated to match; with rotated values the output is rotated back.
+/// key scales once per block) once per item, never the whole cache. With rotated values the
+/// output is rotated back.
 /// `q`: [n][n_head × head_dim] (already roped), `out`: same.
 #[allow(clippy::too_many_arguments)]
 fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
@@ -352,7 +352,7 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
     let lw = kv.layer_window(il);
     let max_keys = kv.max_keys();
     let tmp_stride = attn_tmp_stride(c, kv);
-    let (vt, rot_k, rot_v) = (kv.v_type, kv.rotate_k(), kv.rotate_v());
+    let (vt, rot_v) = (kv.v_type, kv.rotate_v());
     let kern = kernels();
     assert!(tmp.len() >= pool.n_threads() * tmp_stride);
     debug_assert_eq!(out.len(), n * c.q_dim());
@@ -369,16 +369,8 @@ fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch:
         // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats (asserted above); row `ith`
         // is used only by thread `ith`, one item at a time, and `tmp` is not otherwise touched.
         let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
-        let (scores, rest) = row.split_at_mut(group * max_keys);
-        let (krow, qrot) = rest.split_at_mut(key_scratch_floats(hd).max(hdv));
-        let qg: &[f32] = if rot_k {
-            let qr = &mut qrot[..group * hd];
-            qr.copy_from_slice(&q[q0..q0 + group * hd]);
-            qr.chunks_mut(hd).for_each(crate::kv::format::hadamard);
-            qr
-        } else {
-            &q[q0..q0 + group * hd]
-        };
+        let (scores, krow) = row.split_at_mut(group * max_keys);
+        let qg = &q[q0..q0 + group * hd];
         // scores: [group][n_keys]; a position not held (never written) scores -inf.
         let n_sinks = sinks.len();
         view.key_scores(kvh, sinks.clone(), qg, scores, n_keys, krow);

@@ -98,18 +98,26 @@ fn bytes_per_token_is_exact_and_matches_the_planner_formula() {
                     KvType::Q8 => n.div_ceil(32) * 34,
                     KvType::Q4 => n.div_ceil(32) * 18,
                 };
-                // q4 keys: per 32-token block, d/2 nibble bytes per token + d f16 scales + d f16 mins.
+                // Quantized keys: per 32-token block, d (q8) or d/2 (q4) code bytes per token +
+                // d f16 scales + d f16 mins.
                 let key_head = |t: KvType, d: usize| match t {
-                    KvType::Q4 => (32 * d.div_ceil(2) + 4 * d).next_multiple_of(32) / 32,
-                    t => value_head(t, d),
+                    KvType::F16 => 2 * d,
+                    KvType::Q8 => (32 * d + 4 * d).div_ceil(32),
+                    KvType::Q4 => (32 * d.div_ceil(2) + 4 * d).div_ceil(32),
                 };
                 assert_eq!(
                     bpt,
-                    c.n_layer * c.n_head_kv * (key_head(k, c.head_dim) + value_head(v, c.head_dim_v))
+                    c.n_layer
+                        * c.n_head_kv
+                        * (key_head(k, c.head_dim) + value_head(v, c.head_dim_v))
                 );
                 let (pk, pv) = (plan_kv(k), plan_kv(v));
                 let planned = pk.key_head_bytes(c.head_dim as u64) + pv.bytes(c.head_dim_v as u64);
-                assert_eq!(bpt as u64, (c.n_layer * c.n_head_kv) as u64 * planned, "{arch} {k}/{v}");
+                assert_eq!(
+                    bpt as u64,
+                    (c.n_layer * c.n_head_kv) as u64 * planned,
+                    "{arch} {k}/{v}"
+                );
             }
         }
         // 64 positions = exactly two blocks per layer (layers with a window may have freed some),
@@ -120,66 +128,91 @@ fn bytes_per_token_is_exact_and_matches_the_planner_formula() {
         for (k, v) in [(KvType::Q8, KvType::Q4), (KvType::Q4, KvType::Q4)] {
             let mut ctx = Context::new(Arc::clone(&m), params(256, k, v));
             log_probs(&mut ctx, &tokens(64, c.n_vocab));
-            assert_eq!(ctx.kv.bytes_used(), 64 * ctx.kv.bytes_per_token(), "{arch} {k}/{v}");
-            assert_eq!(ctx.kv.bytes_staged(), kv_staged_bytes(c, k), "{arch} {k}/{v}");
+            assert_eq!(
+                ctx.kv.bytes_used(),
+                64 * ctx.kv.bytes_per_token(),
+                "{arch} {k}/{v}"
+            );
+            assert_eq!(
+                ctx.kv.bytes_staged(),
+                kv_staged_bytes(c, k),
+                "{arch} {k}/{v}"
+            );
             let kv_dim = (c.n_head_kv * c.head_dim) as u64;
             let planned = c.n_layer as u64 * plan_kv(k).staged_bytes(kv_dim);
-            assert_eq!(ctx.kv.bytes_staged() as u64, planned, "{arch} {k}/{v}: planner");
+            assert_eq!(
+                ctx.kv.bytes_staged() as u64,
+                planned,
+                "{arch} {k}/{v}: planner"
+            );
         }
     }
 }
 
 #[test]
-fn q4_keys_stay_f16_until_their_block_fills_then_are_quantized_per_channel() {
+fn quantized_keys_stay_f16_until_their_block_fills_then_are_quantized_per_channel() {
     let m = tiny("qwen2");
     let toks = tokens(72, m.config.n_vocab);
-    let mut exact = Context::new(Arc::clone(&m), params(256, KvType::F16, KvType::F16));
-    let mut q4 = Context::new(Arc::clone(&m), params(256, KvType::Q4, KvType::Q4));
-    log_probs(&mut exact, &toks[..40]);
-    log_probs(&mut q4, &toks[..40]);
-    // Layer 0's keys depend only on the tokens, so the two caches were given the same keys.
-    let key = |ctx: &Context, pos| ctx.kv.read_keys(0, 0, pos).unwrap();
-    for pos in 32..40 {
-        assert_eq!(key(&q4, pos), key(&exact, pos), "pos {pos} is in the block being filled");
-    }
-    // A full block: each channel within half a step (1/15 of its range over the block) of the
-    // exact key, and not exact.
-    let check_block = |q4: &Context, exact: &Context, b: usize| {
-        let (want, got): (Vec<_>, Vec<_>) = (32 * b..32 * (b + 1)).map(|p| (key(exact, p), key(q4, p))).unzip();
-        let width = want[0].len();
-        let mut any_err = false;
-        for c in 0..width {
-            let col = want.iter().map(|k| k[c]);
-            let range = col.clone().fold(f32::NEG_INFINITY, f32::max) - col.fold(f32::INFINITY, f32::min);
-            for (w, g) in want.iter().zip(&got) {
-                let e = (w[c] - g[c]).abs();
-                assert!(e <= range / 30.0 * 1.02 + 1e-3, "block {b} channel {c}: error {e}, range {range}");
-                any_err |= e > 0.0;
-            }
+    for (kt, top) in [(KvType::Q8, 255.0), (KvType::Q4, 15.0)] {
+        let mut exact = Context::new(Arc::clone(&m), params(256, KvType::F16, KvType::F16));
+        let mut quant = Context::new(Arc::clone(&m), params(256, kt, KvType::F16));
+        log_probs(&mut exact, &toks[..40]);
+        log_probs(&mut quant, &toks[..40]);
+        // Layer 0's keys depend only on the tokens, so the two caches were given the same keys.
+        let key = |ctx: &Context, pos| ctx.kv.read_keys(0, 0, pos).unwrap();
+        for pos in 32..40 {
+            assert_eq!(
+                key(&quant, pos),
+                key(&exact, pos),
+                "{kt}: pos {pos} is in the block being filled"
+            );
         }
-        assert!(any_err, "block {b} is quantized");
-    };
-    check_block(&q4, &exact, 0);
-    // Filling the block quantizes it; the next one starts in f16.
-    log_probs_at(&mut exact, 0, 40, &toks[40..72]);
-    log_probs_at(&mut q4, 0, 40, &toks[40..72]);
-    check_block(&q4, &exact, 1);
-    assert_eq!(key(&q4, 70), key(&exact, 70));
+        // A full block: each channel within half a step (1/top of its range over the block) of
+        // the exact key, and not exact.
+        let check_block = |quant: &Context, exact: &Context, b: usize| {
+            let (want, got): (Vec<_>, Vec<_>) = (32 * b..32 * (b + 1))
+                .map(|p| (key(exact, p), key(quant, p)))
+                .unzip();
+            let mut any_err = false;
+            for c in 0..want[0].len() {
+                let col = want.iter().map(|k| k[c]);
+                let range = col.clone().fold(f32::NEG_INFINITY, f32::max)
+                    - col.fold(f32::INFINITY, f32::min);
+                for (w, g) in want.iter().zip(&got) {
+                    let e = (w[c] - g[c]).abs();
+                    assert!(
+                        e <= range / (2.0 * top) * 1.02 + 1e-3,
+                        "{kt} block {b} channel {c}: error {e}, range {range}"
+                    );
+                    any_err |= e > 0.0;
+                }
+            }
+            assert!(any_err, "{kt}: block {b} is quantized");
+        };
+        check_block(&quant, &exact, 0);
+        // Filling the block quantizes it; the next one starts in f16.
+        log_probs_at(&mut exact, 0, 40, &toks[40..72]);
+        log_probs_at(&mut quant, 0, 40, &toks[40..72]);
+        check_block(&quant, &exact, 1);
+        assert_eq!(key(&quant, 70), key(&exact, 70), "{kt}");
+    }
 }
 
 #[test]
-fn truncating_into_a_quantized_q4_key_block_and_refilling_it_stays_close() {
+fn truncating_into_a_quantized_key_block_and_refilling_it_stays_close() {
     let m = tiny("llama");
     let toks = tokens(64, m.config.n_vocab);
-    let mut ctx = Context::new(Arc::clone(&m), params(256, KvType::Q4, KvType::Q4));
-    let first = log_probs(&mut ctx, &toks);
-    let used = ctx.kv.bytes_used();
-    ctx.kv.seq_truncate(0, 40);
-    let again = log_probs_at(&mut ctx, 0, 40, &toks[40..]);
-    assert_eq!(ctx.kv.bytes_used(), used);
-    // Positions 32..40 went through 4 bits twice; the rest is as before.
-    let kl = mean_kl(&first[40..], &again);
-    assert!(kl < 1e-3, "mean KL after refilling {kl}");
+    for kv in [KvType::Q8, KvType::Q4] {
+        let mut ctx = Context::new(Arc::clone(&m), params(256, kv, kv));
+        let first = log_probs(&mut ctx, &toks);
+        let used = ctx.kv.bytes_used();
+        ctx.kv.seq_truncate(0, 40);
+        let again = log_probs_at(&mut ctx, 0, 40, &toks[40..]);
+        assert_eq!(ctx.kv.bytes_used(), used, "{kv}");
+        // Keys at positions 32..40 were quantized twice; the rest is as before.
+        let kl = mean_kl(&first[40..], &again);
+        assert!(kl < 1e-3, "{kv}: mean KL after refilling {kl}");
+    }
 }
 
 #[test]
@@ -240,11 +273,19 @@ fn forked_sequences_share_blocks_and_copy_on_write() {
         ctx.decode(&b).unwrap();
         let block_bytes = ctx.kv.bytes_per_token() * 32;
         assert_eq!(ctx.kv.bytes_used(), used + block_bytes, "{kv}");
-        assert_eq!(ctx.kv.read_keys(0, 0, 39).unwrap(), before, "{kv}: the source sequence is untouched");
+        assert_eq!(
+            ctx.kv.read_keys(0, 0, 39).unwrap(),
+            before,
+            "{kv}: the source sequence is untouched"
+        );
         assert_ne!(ctx.kv.read_keys(1, 0, 39).unwrap(), before, "{kv}");
         // Sequence 1 fills (and, with q4 keys, quantizes) its copy of the block.
         log_probs_at(&mut ctx, 1, 40, &toks[40..]);
-        assert_eq!(ctx.kv.read_keys(0, 0, 39).unwrap(), before, "{kv}: still untouched");
+        assert_eq!(
+            ctx.kv.read_keys(0, 0, 39).unwrap(),
+            before,
+            "{kv}: still untouched"
+        );
         ctx.kv.seq_clear(0);
         ctx.kv.seq_clear(1);
         assert_eq!(ctx.kv.bytes_used(), 0);

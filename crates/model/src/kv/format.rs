@@ -1,17 +1,18 @@
 //! KV formats (f16, q8, q4) and the attention kernels that read them.
 //!
-//! Values, and f16/q8 keys, are stored per token: one row is one token's heads for one layer,
+//! Values, and f16 keys, are stored per token: one row is one token's heads for one layer,
 //! `[n_head_kv][groups of 32 values]`, each head quantized on its own (a partial last group is
 //! zero-padded). q8 group: f16 scale + 32 × i8 (34 bytes); q4 group: f16 scale + 16 bytes of
 //! nibbles (18 bytes; value i in the low nibble of byte i, value i + 16 in the high one, as
 //! ggml's Q4_0).
 //!
-//! q4 keys are quantized per channel instead (KIVI): a block of [`KEY_BLOCK_TOKENS`] tokens of
-//! one head is `[d] f16 scales, [d] f16 mins, [32 tokens][d/2] nibbles`, each channel with its
-//! own scale and zero point over the 32 tokens, so Qwen's large, steady outlier channels no
-//! longer crush every other channel of the token to zero (per-token q4 keys: +288% perplexity on
-//! qwen2.5-coder-0.5b). A block can only be encoded once its 32 tokens are known; the cache keeps
-//! the block being filled in f16 meanwhile. Kernels are compiled twice (baseline and
+//! Quantized keys are stored per channel instead (KIVI): a block of [`KEY_BLOCK_TOKENS`] tokens
+//! of one head is `[d] f16 scales, [d] f16 mins, [32 tokens][codes]`, each channel with its own
+//! scale and zero point over the 32 tokens (codes: `d` bytes for q8, `d/2` nibble bytes for q4),
+//! so Qwen's large, steady outlier channels no longer crush every other channel of the token
+//! (per-token q4 keys: +288% perplexity on qwen2.5-coder-0.5b; per-token q8 keys: +0.6%). A
+//! block can only be encoded once its 32 tokens are known; the cache keeps the block being
+//! filled in f16 meanwhile. Kernels are compiled twice (baseline and
 //! AVX2+FMA+F16C) and chosen once at run time; the baseline versions are the reference the tests
 //! compare against.
 
@@ -28,14 +29,24 @@ pub const Q8_GROUP_BYTES: usize = 2 + QK;
 /// Bytes of one q4 group: f16 scale + 32 nibbles.
 pub const Q4_GROUP_BYTES: usize = 2 + QK / 2;
 const _: () = assert!(Q8_GROUP_BYTES == 34 && Q4_GROUP_BYTES == 18);
-/// Tokens per per-channel q4 key block (the cache's block size).
+/// Tokens per per-channel key block (the cache's block size).
 pub const KEY_BLOCK_TOKENS: usize = 32;
 
-/// Bytes of one head (`d` channels) of one per-channel q4 key block: `d` f16 scales, `d` f16
-/// mins, then 32 rows of `ceil(d/2)` nibble bytes (channel i in the low nibble of byte i, channel
-/// i + ceil(d/2) in the high one); rounded up to a multiple of 32 so a token's share is whole.
-pub fn key_block_q4_bytes(d: usize) -> usize {
-    (4 * d + KEY_BLOCK_TOKENS * d.div_ceil(2)).next_multiple_of(KEY_BLOCK_TOKENS)
+/// Bytes of one token's codes in a per-channel key block of `d` channels: q8, one byte per
+/// channel; q4, `ceil(d/2)` bytes (channel i in the low nibble of byte i, channel i + ceil(d/2)
+/// in the high one); f16 keys are not stored per channel (2 bytes per channel, unused).
+fn key_codes_bytes(ty: KvType, d: usize) -> usize {
+    match ty {
+        KvType::F16 => 2 * d,
+        KvType::Q8 => d,
+        KvType::Q4 => d.div_ceil(2),
+    }
+}
+
+/// Bytes of one head (`d` channels) of one per-channel key block of `ty`: `d` f16 scales, `d`
+/// f16 mins, then 32 rows of codes; rounded up to a multiple of 32 so a token's share is whole.
+pub fn key_block_bytes(ty: KvType, d: usize) -> usize {
+    (4 * d + KEY_BLOCK_TOKENS * key_codes_bytes(ty, d)).next_multiple_of(KEY_BLOCK_TOKENS)
 }
 
 /// Storage precision of keys or values.
@@ -71,18 +82,18 @@ impl KvType {
         }
     }
 
-    /// Bytes one token's key head of `d` channels takes: as a value head, except q4 keys, whose
-    /// per-channel scales and mins are shared by the 32 tokens of a block.
+    /// Bytes one token's key head of `d` channels takes: as a value head for f16; quantized
+    /// keys share their per-channel scales and mins with the 32 tokens of a block.
     pub fn k_head_bytes(self, d: usize) -> usize {
         match self {
-            KvType::F16 | KvType::Q8 => self.v_head_bytes(d),
-            KvType::Q4 => key_block_q4_bytes(d) / KEY_BLOCK_TOKENS,
+            KvType::F16 => self.v_head_bytes(d),
+            KvType::Q8 | KvType::Q4 => key_block_bytes(self, d) / KEY_BLOCK_TOKENS,
         }
     }
 
-    /// Keys are stored per channel in blocks of 32 tokens (q4), not token by token.
+    /// Keys are stored per channel in blocks of 32 tokens (q8, q4), not token by token (f16).
     pub fn k_per_channel(self) -> bool {
-        self == KvType::Q4
+        self.is_quantized()
     }
 
     pub fn is_quantized(self) -> bool {
@@ -151,42 +162,64 @@ pub fn encode_head(ty: KvType, x: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Encodes one head of a per-channel q4 key block: channel `c` of token `j` is
-/// `rows[j * stride + c]` (`j < 32`, `c < d`); `dst` is `key_block_q4_bytes(d)` bytes. Each
-/// channel maps its minimum to 0 and its maximum to 15 (scale and min rounded to f16 first, so
-/// decoding inverts exactly what was encoded).
-pub fn encode_key_block_q4(rows: &[f16], stride: usize, d: usize, dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), key_block_q4_bytes(d));
+/// Encodes one head of a per-channel key block of `ty` (q8 or q4): channel `c` of token `j` is
+/// `rows[j * stride + c]` (`j < 32`, `c < d`); `dst` is `key_block_bytes(ty, d)` bytes. Each
+/// channel maps its minimum to code 0 and its maximum to the top code (scale and min rounded to
+/// f16 first, so decoding inverts exactly what was encoded).
+pub fn encode_key_block(ty: KvType, rows: &[f16], stride: usize, d: usize, dst: &mut [u8]) {
+    debug_assert!(ty.k_per_channel());
+    debug_assert_eq!(dst.len(), key_block_bytes(ty, d));
     debug_assert!(rows.len() >= (KEY_BLOCK_TOKENS - 1) * stride + d);
-    let half = d.div_ceil(2);
-    let (params, nibbles) = dst.split_at_mut(4 * d);
-    nibbles.fill(0);
+    let (top, row_bytes) = (
+        if ty == KvType::Q8 { 255.0 } else { 15.0 },
+        key_codes_bytes(ty, d),
+    );
+    let (params, codes) = dst.split_at_mut(4 * d);
+    codes.fill(0);
     for c in 0..d {
         let x = |j: usize| rows[j * stride + c].to_f32();
-        let (lo, hi) = (0..KEY_BLOCK_TOKENS).fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), j| {
-            (lo.min(x(j)), hi.max(x(j)))
-        });
-        let (scale, min) = (f16::from_f32((hi - lo) / 15.0), f16::from_f32(lo));
+        let (lo, hi) = (0..KEY_BLOCK_TOKENS)
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), j| {
+                (lo.min(x(j)), hi.max(x(j)))
+            });
+        let (scale, min) = (f16::from_f32((hi - lo) / top), f16::from_f32(lo));
         params[2 * c..2 * c + 2].copy_from_slice(&scale.to_le_bytes());
         params[2 * (d + c)..2 * (d + c) + 2].copy_from_slice(&min.to_le_bytes());
         let (scale, min) = (scale.to_f32(), min.to_f32());
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        let (byte, shift) = if c < half { (c, 0) } else { (c - half, 4) };
+        // q8: byte c; q4: nibble c of the low half, or of the high half of byte c - row_bytes.
+        let (byte, shift) = match ty {
+            KvType::Q4 if c >= row_bytes => (c - row_bytes, 4),
+            _ => (c, 0),
+        };
         for j in 0..KEY_BLOCK_TOKENS {
-            let q = ((x(j) - min) * inv).round().clamp(0.0, 15.0) as u8;
-            nibbles[j * half + byte] |= q << shift;
+            let q = ((x(j) - min) * inv).round().clamp(0.0, top) as u8;
+            codes[j * row_bytes + byte] |= q << shift;
         }
     }
 }
 
-/// Token `slot` of one head of a per-channel q4 key block (`block`, `key_block_q4_bytes(d)`
-/// bytes) → `row` (`d` floats). `chan`: the block's scales then mins as f32 (`2d` floats,
+/// Token `slot` of one head of a per-channel key block of `ty` (`block`, `key_block_bytes(ty,
+/// d)` bytes) → `row` (`d` floats). `chan`: the block's scales then mins as f32 (`2d` floats,
 /// [`dequant_f16`] of its first `4d` bytes), decoded once per block.
 #[inline]
-pub fn key_block_q4_row(k: &Kernels, block: &[u8], d: usize, slot: usize, chan: &[f32], row: &mut [f32]) {
-    let half = d.div_ceil(2);
-    let at = 4 * d + slot * half;
-    (k.dequant_key_q4)(&block[at..at + half], &chan[..d], &chan[d..2 * d], row);
+pub fn key_block_row(
+    k: &Kernels,
+    ty: KvType,
+    block: &[u8],
+    d: usize,
+    slot: usize,
+    chan: &[f32],
+    row: &mut [f32],
+) {
+    let n = key_codes_bytes(ty, d);
+    let codes = &block[4 * d + slot * n..4 * d + (slot + 1) * n];
+    let dequant = if ty == KvType::Q8 {
+        k.dequant_key_q8
+    } else {
+        k.dequant_key_q4
+    };
+    dequant(codes, &chan[..d], &chan[d..2 * d], row);
 }
 
 /// Rotates `x` (length a power of two) by the normalised Walsh–Hadamard matrix H, which is
@@ -211,6 +244,9 @@ pub fn hadamard(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v *= s);
 }
 
+/// `(codes, scales, mins, dst)`: one token's row of a per-channel key block → f32.
+pub type DequantKeyRow = fn(&[u8], &[f32], &[f32], &mut [f32]);
+
 /// The kernels attention uses, chosen once for this CPU.
 pub struct Kernels {
     pub name: &'static str,
@@ -222,9 +258,11 @@ pub struct Kernels {
     pub dequant_q8: fn(&[u8], &mut [f32]),
     /// One head of q4 groups → f32.
     pub dequant_q4: fn(&[u8], &mut [f32]),
-    /// One token of a per-channel q4 key block: `ceil(d/2)` nibble bytes, with per-channel
-    /// scales and mins (f32, `d` each) → f32 (`d` values).
-    pub dequant_key_q4: fn(&[u8], &[f32], &[f32], &mut [f32]),
+    /// One token of a per-channel q8 key block: `d` code bytes, with per-channel scales and
+    /// mins (f32, `d` each) → f32 (`d` values).
+    pub dequant_key_q8: DequantKeyRow,
+    /// As `dequant_key_q8` for q4: `ceil(d/2)` nibble bytes.
+    pub dequant_key_q4: DequantKeyRow,
 }
 
 impl Kernels {
@@ -245,6 +283,7 @@ pub static GENERIC: Kernels = Kernels {
     axpy: axpy_generic,
     dequant_q8: dequant_q8_generic,
     dequant_q4: dequant_q4_generic,
+    dequant_key_q8: dequant_key_q8_generic,
     dequant_key_q4: dequant_key_q4_generic,
 };
 
@@ -343,6 +382,15 @@ fn dequant_q4_impl(src: &[u8], dst: &mut [f32]) {
 }
 
 #[inline(always)]
+fn dequant_key_q8_impl(codes: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+    let d = dst.len();
+    let (codes, scale, min) = (&codes[..d], &scale[..d], &min[..d]);
+    for i in 0..d {
+        dst[i] = scale[i].mul_add(codes[i] as f32, min[i]);
+    }
+}
+
+#[inline(always)]
 fn dequant_key_q4_impl(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
     let d = dst.len();
     let half = d.div_ceil(2);
@@ -370,6 +418,9 @@ fn dequant_q8_generic(src: &[u8], dst: &mut [f32]) {
 fn dequant_q4_generic(src: &[u8], dst: &mut [f32]) {
     dequant_q4_impl(src, dst)
 }
+fn dequant_key_q8_generic(codes: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+    dequant_key_q8_impl(codes, scale, min, dst)
+}
 fn dequant_key_q4_generic(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
     dequant_key_q4_impl(nibbles, scale, min, dst)
 }
@@ -385,6 +436,7 @@ mod avx2 {
         axpy,
         dequant_q8,
         dequant_q4,
+        dequant_key_q8,
         dequant_key_q4,
     };
 
@@ -405,11 +457,15 @@ mod avx2 {
         dequant_q4_impl(src, dst)
     }
     #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dequant_key_q8_tf(codes: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+        dequant_key_q8_impl(codes, scale, min, dst)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dequant_key_q4_tf(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
         dequant_key_q4_impl(nibbles, scale, min, dst)
     }
 
-    // SAFETY (all five): `KERNELS` is only handed out by `kernels()` after
+    // SAFETY (all six): `KERNELS` is only handed out by `kernels()` after
     // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU.
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         unsafe { dot_tf(a, b) }
@@ -422,6 +478,9 @@ mod avx2 {
     }
     fn dequant_q4(src: &[u8], dst: &mut [f32]) {
         unsafe { dequant_q4_tf(src, dst) }
+    }
+    fn dequant_key_q8(codes: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
+        unsafe { dequant_key_q8_tf(codes, scale, min, dst) }
     }
     fn dequant_key_q4(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
         unsafe { dequant_key_q4_tf(nibbles, scale, min, dst) }
@@ -497,11 +556,16 @@ mod tests {
                 assert_eq!(o0, o1, "{ty} n={n}");
             }
             let (scale, min): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (r().abs(), r())).unzip();
-            let nibbles: Vec<u8> = (0..n.div_ceil(2)).map(|i| (i * 37 % 256) as u8).collect();
-            let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
-            (GENERIC.dequant_key_q4)(&nibbles, &scale, &min, &mut o0);
-            (k.dequant_key_q4)(&nibbles, &scale, &min, &mut o1);
-            assert_eq!(o0, o1, "q4 key row n={n}");
+            let codes: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+            for (name, generic, simd) in [
+                ("q8", GENERIC.dequant_key_q8, k.dequant_key_q8),
+                ("q4", GENERIC.dequant_key_q4, k.dequant_key_q4),
+            ] {
+                let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
+                generic(&codes, &scale, &min, &mut o0);
+                simd(&codes, &scale, &min, &mut o1);
+                assert_eq!(o0, o1, "{name} key row n={n}");
+            }
         }
     }
 
@@ -517,42 +581,68 @@ mod tests {
             .collect()
     }
 
-    /// Every token of one head of a per-channel q4 key block, decoded.
-    fn decode_key_block(block: &[u8], d: usize) -> Vec<f32> {
+    /// Encodes `x` (`[32][d]`) as one head of a per-channel key block of `ty` and decodes
+    /// every token back.
+    fn key_block_roundtrip(ty: KvType, x: &[f16], d: usize) -> Vec<f32> {
+        let mut block = vec![0u8; key_block_bytes(ty, d)];
+        encode_key_block(ty, x, d, d, &mut block);
         let mut chan = vec![0.0; 2 * d];
         dequant_f16(&block[..4 * d], &mut chan);
         let mut out = vec![0.0; KEY_BLOCK_TOKENS * d];
         for (slot, row) in out.chunks_mut(d).enumerate() {
-            key_block_q4_row(&GENERIC, block, d, slot, &chan, row);
+            key_block_row(&GENERIC, ty, &block, d, slot, &chan, row);
         }
         out
     }
 
     #[test]
-    fn per_channel_q4_keys_keep_small_channels_next_to_outliers() {
-        for d in [1, 7, 32, 33, 64, 128, 256] {
-            let x = outlier_keys(d, d as u64);
-            let mut block = vec![0u8; key_block_q4_bytes(d)];
-            encode_key_block_q4(&x, d, d, &mut block);
-            let got = decode_key_block(&block, d);
-            let want: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
-            // Error per channel is at most half a step of that channel's own range.
-            for c in 0..d {
-                let col = |v: &[f32]| (0..KEY_BLOCK_TOKENS).map(|j| v[j * d + c]).collect::<Vec<_>>();
-                let (w, g) = (col(&want), col(&got));
-                let range = w.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
-                    - w.iter().fold(f32::INFINITY, |m, &v| m.min(v));
-                let err = w.iter().zip(&g).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-                assert!(err <= range / 30.0 + 0.05, "d={d} channel {c}: error {err}, range {range}");
-            }
-            // Per-token q4 of the same keys loses the small channels under the outliers.
-            if d >= 32 {
-                let small = |v: &[f32]| -> Vec<f32> {
-                    v.iter().enumerate().filter(|(i, _)| i % d % 16 != 3).map(|(_, &v)| v).collect()
-                };
-                let per_token: Vec<f32> = want.chunks(d).flat_map(|t| roundtrip(KvType::Q4, t)).collect();
-                let (e_chan, e_tok) = (nmse(&small(&want), &small(&got)), nmse(&small(&want), &small(&per_token)));
-                assert!(e_chan < 0.02 && e_tok > 10.0 * e_chan, "d={d}: per-channel {e_chan}, per-token {e_tok}");
+    fn per_channel_keys_keep_small_channels_next_to_outliers() {
+        for (ty, top) in [(KvType::Q8, 255.0), (KvType::Q4, 15.0)] {
+            for d in [1, 7, 32, 33, 64, 128, 256] {
+                let x = outlier_keys(d, d as u64);
+                let got = key_block_roundtrip(ty, &x, d);
+                let want: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+                // Error per channel: at most half a step of that channel's own range (+ the f16
+                // rounding of its min, up to 65 × 2^-11).
+                for c in 0..d {
+                    let col = |v: &[f32]| {
+                        (0..KEY_BLOCK_TOKENS)
+                            .map(|j| v[j * d + c])
+                            .collect::<Vec<_>>()
+                    };
+                    let (w, g) = (col(&want), col(&got));
+                    let range = w.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+                        - w.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                    let err = w
+                        .iter()
+                        .zip(&g)
+                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(
+                        err <= range / (2.0 * top) * 1.01 + 0.035,
+                        "{ty} d={d} channel {c}: error {err}, range {range}"
+                    );
+                }
+                // Per-token quantization of the same keys loses the small channels under the
+                // outliers.
+                if d >= 32 {
+                    let small = |v: &[f32]| -> Vec<f32> {
+                        v.iter()
+                            .enumerate()
+                            .filter(|(i, _)| i % d % 16 != 3)
+                            .map(|(_, &v)| v)
+                            .collect()
+                    };
+                    let per_token: Vec<f32> =
+                        want.chunks(d).flat_map(|t| roundtrip(ty, t)).collect();
+                    let (e_chan, e_tok) = (
+                        nmse(&small(&want), &small(&got)),
+                        nmse(&small(&want), &small(&per_token)),
+                    );
+                    assert!(
+                        e_chan < 0.02 && e_tok > 10.0 * e_chan,
+                        "{ty} d={d}: per-channel {e_chan}, per-token {e_tok}"
+                    );
+                }
             }
         }
     }
@@ -560,11 +650,13 @@ mod tests {
     #[test]
     fn a_constant_channel_decodes_exactly_to_its_f16_value() {
         let d = 64;
-        let x: Vec<f16> = (0..KEY_BLOCK_TOKENS * d).map(|i| f16::from_f32((i % d) as f32 * 0.25 - 3.0)).collect();
-        let mut block = vec![0u8; key_block_q4_bytes(d)];
-        encode_key_block_q4(&x, d, d, &mut block);
-        let got = decode_key_block(&block, d);
-        assert!(x.iter().zip(&got).all(|(a, b)| a.to_f32() == *b));
+        let x: Vec<f16> = (0..KEY_BLOCK_TOKENS * d)
+            .map(|i| f16::from_f32((i % d) as f32 * 0.25 - 3.0))
+            .collect();
+        for ty in [KvType::Q8, KvType::Q4] {
+            let got = key_block_roundtrip(ty, &x, d);
+            assert!(x.iter().zip(&got).all(|(a, b)| a.to_f32() == *b), "{ty}");
+        }
     }
 
     #[test]
@@ -596,18 +688,22 @@ mod tests {
         assert_eq!(KvType::Q8.v_head_bytes(128), 128 * 34 / 32);
         assert_eq!(KvType::Q4.v_head_bytes(128), 128 * 18 / 32);
         assert_eq!(KvType::F16.v_head_bytes(128), 256);
-        assert_eq!(KvType::Q8.k_head_bytes(128), KvType::Q8.v_head_bytes(128));
+        assert_eq!(KvType::F16.k_head_bytes(128), 256);
     }
 
     #[test]
-    fn per_channel_q4_keys_cost_20_bytes_per_32_values() {
-        // 32 tokens × d/2 nibble bytes + d f16 scales + d f16 mins, per head per block.
+    fn per_channel_keys_cost_36_and_20_bytes_per_32_values() {
+        // Per head per block: 32 tokens of codes (d bytes for q8, d/2 for q4) + d f16 scales +
+        // d f16 mins.
         for d in [64, 128, 256] {
-            assert_eq!(key_block_q4_bytes(d), 16 * d + 4 * d);
+            assert_eq!(key_block_bytes(KvType::Q8, d), 32 * d + 4 * d);
+            assert_eq!(key_block_bytes(KvType::Q4, d), 16 * d + 4 * d);
+            assert_eq!(KvType::Q8.k_head_bytes(d), d / 32 * 36);
             assert_eq!(KvType::Q4.k_head_bytes(d), d / 32 * 20);
         }
         // Odd sizes round up to whole bytes per token.
-        assert_eq!(key_block_q4_bytes(7), 32 * 4 + 28 + 4);
+        assert_eq!(key_block_bytes(KvType::Q4, 7), 32 * 4 + 28 + 4);
         assert_eq!(KvType::Q4.k_head_bytes(7), 5);
+        assert_eq!(KvType::Q8.k_head_bytes(7), 8);
     }
 }

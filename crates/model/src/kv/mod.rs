@@ -3,11 +3,10 @@
 //!
 //! Cost: one table entry (4 bytes) per 32 positions per layer; blocks are committed only when a
 //! token is written to them. Keys and values are stored separately in f16, q8 or q4
-//! ([`KvType`]); quantized values and q8 keys are rotated per head by a Hadamard matrix first (q
-//! and the attention output are rotated to match). q4 keys are quantized per channel over each
-//! 32-token block (KIVI, see [`format`]): the block a sequence is filling keeps its keys in f16
-//! (at most 31 tokens × one layer's KV heads per layer per sequence) and is quantized when its
-//! last token arrives. A sliding window (the model's own, per layer, or `--window` + `--sinks`)
+//! ([`KvType`]). Quantized values are rotated per head by a Hadamard matrix first (the attention
+//! output is rotated back). Quantized keys are stored per channel over each 32-token block
+//! (KIVI, see [`format`]): the block a sequence is filling keeps its keys in f16 (32 tokens ×
+//! one layer's KV heads, per layer per sequence) and is quantized when its last token arrives. A sliding window (the model's own, per layer, or `--window` + `--sinks`)
 //! frees blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] are
 //! copied on write.
 
@@ -42,8 +41,8 @@ pub fn kv_bytes_per_token(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
     cfg.n_layer * cfg.n_head_kv * (k.k_head_bytes(cfg.head_dim) + v.v_head_bytes(cfg.head_dim_v))
 }
 
-/// Bytes of f16 keys one sequence keeps outside the pool for the blocks being filled (per-channel
-/// q4 keys only): 32 tokens × one layer's key heads, per layer.
+/// Bytes of f16 keys one sequence keeps outside the pool for the blocks being filled (quantized
+/// keys only): 32 tokens × one layer's key heads, per layer.
 pub fn kv_staged_bytes(cfg: &ModelConfig, k: KvType) -> usize {
     if k.k_per_channel() {
         cfg.n_layer * BLOCK_TOKENS * cfg.n_head_kv * cfg.head_dim * 2
@@ -106,8 +105,7 @@ pub struct KvCache {
     windows: Vec<LayerWindow>,
     /// A user window lets positions run past `n_ctx` (context shift).
     unbounded: bool,
-    /// Keys / values are stored Hadamard-rotated per head.
-    rotate_k: bool,
+    /// Values are stored Hadamard-rotated per head.
     rotate_v: bool,
     /// Block layout: keys (`[BLOCK_TOKENS][n_head_kv][k_head]` per token, or
     /// `[n_head_kv][k_head]` per-channel blocks), then `[BLOCK_TOKENS][n_head_kv][v_head]` values.
@@ -141,7 +139,7 @@ impl KvCache {
             })
             .collect();
         let k_head = if k_type.k_per_channel() {
-            format::key_block_q4_bytes(hd)
+            format::key_block_bytes(k_type, hd)
         } else {
             k_type.k_head_bytes(hd)
         };
@@ -176,9 +174,6 @@ impl KvCache {
             v_row,
             windows,
             unbounded: user.is_some(),
-            // Per-channel scales already absorb outlier channels; rotating would smear them over
-            // every channel (measured on qwen2.5-coder-0.5b, q4/q4: +9.3% rotated, +0.5% not).
-            rotate_k: k_type.is_quantized() && !k_type.k_per_channel() && hd.is_power_of_two(),
             rotate_v: v_type.is_quantized() && hdv.is_power_of_two(),
             pool,
             seqs: (0..p.n_seq_max).map(|_| None).collect(),
@@ -239,10 +234,6 @@ impl KvCache {
             .max(1)
     }
 
-    pub fn rotate_k(&self) -> bool {
-        self.rotate_k
-    }
-
     pub fn rotate_v(&self) -> bool {
         self.rotate_v
     }
@@ -277,25 +268,48 @@ impl KvCache {
         self.check(seq, pos)?;
         let (nh, hd, hdv) = (self.n_head_kv, self.head_dim, self.head_dim_v);
         let per_channel = self.k_type.k_per_channel();
-        let (n_layer, staged_len) = (self.n_layer, if per_channel { self.n_layer * BLOCK_TOKENS * nh * hd } else { 0 });
+        // f16 keys of one layer's block being filled.
+        let staged_layer = if per_channel {
+            BLOCK_TOKENS * nh * hd
+        } else {
+            0
+        };
+        let n_layer = self.n_layer;
         let s = self.seqs[seq].get_or_insert_with(|| SeqKv {
             tables: vec![Vec::new(); n_layer],
             freed_to: vec![0; n_layer],
             len: 0,
             evicted: false,
             tail: vec![NO_TAIL; n_layer],
-            staged: vec![f16::ZERO; staged_len],
+            staged: vec![f16::ZERO; n_layer * staged_layer],
         });
         let (b, slot) = (pos / BLOCK_TOKENS, pos % BLOCK_TOKENS);
-        let staged = &mut s.staged[il * staged_len / n_layer..(il + 1) * staged_len / n_layer];
+        let staged = &mut s.staged[il * staged_layer..(il + 1) * staged_layer];
         if per_channel && s.tail[il] != b {
             // A block other than the one being filled (the next one, or one reopened after a
             // truncation): encode the old tail, stage the keys already held in the new one.
             if s.tail[il] != NO_TAIL {
-                flush_tail(&mut self.pool, &mut s.tables[il], s.tail[il], staged, nh, hd, self.k_head)?;
+                flush_tail(
+                    &mut self.pool,
+                    &mut s.tables[il],
+                    s.tail[il],
+                    staged,
+                    self.k_type,
+                    nh,
+                    hd,
+                )?;
             }
             s.tail[il] = b;
-            stage_block(&self.pool, &s.tables[il], b, staged, nh, hd, self.k_head, &mut self.tmp);
+            stage_block(
+                &self.pool,
+                &s.tables[il],
+                b,
+                staged,
+                self.k_type,
+                nh,
+                hd,
+                &mut self.tmp,
+            );
         }
         let id = own_block(&mut self.pool, &mut s.tables[il], b)?;
         s.len = s.len.max(pos + 1);
@@ -305,27 +319,32 @@ impl KvCache {
         let vrow = &mut vb[slot * v_row..(slot + 1) * v_row];
         for h in 0..nh {
             let dst = &mut vrow[h * v_head..(h + 1) * v_head];
-            encode_head_rotated(self.v_type, self.rotate_v, &v[h * hdv..(h + 1) * hdv], dst, &mut self.tmp);
+            encode_head_rotated(
+                self.v_type,
+                self.rotate_v,
+                &v[h * hdv..(h + 1) * hdv],
+                dst,
+                &mut self.tmp,
+            );
         }
         if !per_channel {
             let krow = &mut kb[slot * k_row..(slot + 1) * k_row];
-            for h in 0..nh {
-                let dst = &mut krow[h * k_head..(h + 1) * k_head];
-                encode_head_rotated(self.k_type, self.rotate_k, &k[h * hd..(h + 1) * hd], dst, &mut self.tmp);
+            for (h, dst) in krow.chunks_exact_mut(k_head).enumerate() {
+                format::encode_head(self.k_type, &k[h * hd..(h + 1) * hd], dst);
             }
             return Ok(());
         }
-        let srow = &mut staged[slot * nh * hd..(slot + 1) * nh * hd];
-        for (h, dst) in srow.chunks_exact_mut(hd).enumerate() {
-            let t = &mut self.tmp[..hd];
-            t.copy_from_slice(&k[h * hd..(h + 1) * hd]);
-            if self.rotate_k {
-                format::hadamard(t);
-            }
-            dst.convert_from_f32_slice(t);
-        }
+        staged[slot * nh * hd..(slot + 1) * nh * hd].convert_from_f32_slice(&k[..nh * hd]);
         if slot == BLOCK_TOKENS - 1 {
-            flush_tail(&mut self.pool, &mut s.tables[il], b, staged, nh, hd, k_head)?;
+            flush_tail(
+                &mut self.pool,
+                &mut s.tables[il],
+                b,
+                staged,
+                self.k_type,
+                nh,
+                hd,
+            )?;
             s.tail[il] = NO_TAIL;
         }
         Ok(())
@@ -377,17 +396,13 @@ impl KvCache {
         })
     }
 
-    /// Keys of `seq`, layer `il`, position `pos` as f32 `[n_head_kv × head_dim]` (rotated back),
-    /// or `None` if the position is not held. For tests and inspection.
+    /// Keys of `seq`, layer `il`, position `pos` as f32 `[n_head_kv × head_dim]`, or `None` if
+    /// the position is not held. For tests and inspection.
     pub fn read_keys(&self, seq: SeqId, il: usize, pos: usize) -> Option<Vec<f32>> {
         let view = self.layer(seq, il)?;
         let mut out = Vec::with_capacity(self.n_head_kv * self.head_dim);
         for h in 0..self.n_head_kv {
-            let mut k = view.key(pos, h)?;
-            if self.rotate_k {
-                format::hadamard(&mut k);
-            }
-            out.extend_from_slice(&k);
+            out.extend_from_slice(&view.key(pos, h)?);
         }
         Some(out)
     }
@@ -485,7 +500,11 @@ fn encode_head_rotated(ty: KvType, rotate: bool, x: &[f32], dst: &mut [u8], tmp:
 }
 
 /// The block at `table[b]`, owned by this table alone: allocated if absent, copied if shared.
-fn own_block(pool: &mut BlockPool, table: &mut Vec<BlockId>, b: usize) -> Result<BlockId, ModelError> {
+fn own_block(
+    pool: &mut BlockPool,
+    table: &mut Vec<BlockId>,
+    b: usize,
+) -> Result<BlockId, ModelError> {
     if table.len() <= b {
         table.resize(b + 1, NO_BLOCK);
     }
@@ -504,31 +523,51 @@ fn own_block(pool: &mut BlockPool, table: &mut Vec<BlockId>, b: usize) -> Result
 }
 
 /// Encodes the staged f16 keys (`[BLOCK_TOKENS][n_head_kv × head_dim]`) of block `b` into its
-/// per-channel q4 key region (`[n_head_kv][k_head]`).
-fn flush_tail(pool: &mut BlockPool, table: &mut Vec<BlockId>, b: usize, staged: &[f16], nh: usize, hd: usize, k_head: usize) -> Result<(), ModelError> {
+/// per-channel key region (`[n_head_kv][key_block_bytes]`).
+fn flush_tail(
+    pool: &mut BlockPool,
+    table: &mut Vec<BlockId>,
+    b: usize,
+    staged: &[f16],
+    ty: KvType,
+    nh: usize,
+    hd: usize,
+) -> Result<(), ModelError> {
     let id = own_block(pool, table, b)?;
+    let k_head = format::key_block_bytes(ty, hd);
     let keys = &mut pool.block_mut(id)[..nh * k_head];
     for (h, dst) in keys.chunks_exact_mut(k_head).enumerate() {
-        format::encode_key_block_q4(&staged[h * hd..], nh * hd, hd, dst);
+        format::encode_key_block(ty, &staged[h * hd..], nh * hd, hd, dst);
     }
     Ok(())
 }
 
-/// Stages block `b`'s per-channel q4 keys as f16 (zeros if the block is not held).
+/// Stages block `b`'s per-channel keys as f16 (zeros if the block is not held).
 /// `tmp`: [`key_scratch_floats`] floats.
 #[allow(clippy::too_many_arguments)]
-fn stage_block(pool: &BlockPool, table: &[BlockId], b: usize, staged: &mut [f16], nh: usize, hd: usize, k_head: usize, tmp: &mut [f32]) {
+fn stage_block(
+    pool: &BlockPool,
+    table: &[BlockId],
+    b: usize,
+    staged: &mut [f16],
+    ty: KvType,
+    nh: usize,
+    hd: usize,
+    tmp: &mut [f32],
+) {
     let Some(&id) = table.get(b).filter(|&&id| id != NO_BLOCK) else {
         staged.fill(f16::ZERO);
         return;
     };
+    let k_head = format::key_block_bytes(ty, hd);
     let keys = &pool.block(id)[..nh * k_head];
     let (row, chan) = tmp.split_at_mut(hd);
     for (h, block) in keys.chunks_exact(k_head).enumerate() {
         format::dequant_f16(&block[..4 * hd], &mut chan[..2 * hd]);
         for slot in 0..BLOCK_TOKENS {
-            format::key_block_q4_row(kernels(), block, hd, slot, chan, &mut row[..hd]);
-            staged[(slot * nh + h) * hd..(slot * nh + h + 1) * hd].convert_from_f32_slice(&row[..hd]);
+            format::key_block_row(kernels(), ty, block, hd, slot, chan, &mut row[..hd]);
+            staged[(slot * nh + h) * hd..(slot * nh + h + 1) * hd]
+                .convert_from_f32_slice(&row[..hd]);
         }
     }
 }

@@ -7,7 +7,7 @@ use std::ops::Range;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::format::{dequant_f16, kernels, key_block_q4_row, KvType};
+use super::format::{dequant_f16, kernels, key_block_row, KvType};
 use super::pool::{BlockId, NO_BLOCK};
 use super::BLOCK_TOKENS;
 
@@ -38,9 +38,9 @@ pub struct LayerView<'a> {
 enum KeyBlock<'a> {
     /// Not held: never written, or freed by a window.
     Missing,
-    /// `[BLOCK_TOKENS][n_head_kv][k_head]` per-token rows (f16, q8).
+    /// `[BLOCK_TOKENS][n_head_kv][k_head]` per-token rows (f16).
     Rows(&'a [u8]),
-    /// `[n_head_kv][k_head]` per-channel q4 blocks (`format::encode_key_block_q4`).
+    /// `[n_head_kv][k_head]` per-channel q8/q4 blocks (`format::encode_key_block`).
     Channels(&'a [u8]),
     /// The block being filled: `[BLOCK_TOKENS][n_head_kv × head_dim]` f16.
     Staged(&'a [f16]),
@@ -81,14 +81,24 @@ impl<'a> LayerView<'a> {
     fn load_channels(&self, src: KeyBlock<'_>, h: usize, chan: &mut [f32]) {
         if let KeyBlock::Channels(k) = src {
             let d = self.head_dim;
-            dequant_f16(&k[h * self.k_head..h * self.k_head + 4 * d], &mut chan[..2 * d]);
+            dequant_f16(
+                &k[h * self.k_head..h * self.k_head + 4 * d],
+                &mut chan[..2 * d],
+            );
         }
     }
 
     /// Key head `h` at `slot` of `src` → `row` (`head_dim` floats); false if not held.
     /// `chan`: what [`Self::load_channels`] left for this block and head.
     #[inline]
-    fn key_into(&self, src: KeyBlock<'_>, h: usize, slot: usize, row: &mut [f32], chan: &[f32]) -> bool {
+    fn key_into(
+        &self,
+        src: KeyBlock<'_>,
+        h: usize,
+        slot: usize,
+        row: &mut [f32],
+        chan: &[f32],
+    ) -> bool {
         let d = self.head_dim;
         match src {
             KeyBlock::Missing => return false,
@@ -98,7 +108,7 @@ impl<'a> LayerView<'a> {
             }
             KeyBlock::Channels(k) => {
                 let block = &k[h * self.k_head..(h + 1) * self.k_head];
-                key_block_q4_row(kernels(), block, d, slot, chan, row);
+                key_block_row(kernels(), self.k_type, block, d, slot, chan, row);
             }
             KeyBlock::Staged(st) => {
                 let at = (slot * self.n_head_kv + h) * d;
@@ -108,11 +118,19 @@ impl<'a> LayerView<'a> {
         true
     }
 
-    /// Raw scores `q_g · k_p` of the queries `q` (`[group][head_dim]`, rotated to match the
-    /// keys) against key head `h` at positions `range`: the i-th position's score for query g
+    /// Raw scores `q_g · k_p` of the queries `q` (`[group][head_dim]`) against key head `h` at
+    /// positions `range`: the i-th position's score for query g
     /// goes to `scores[g × stride + i]`; a position not held scores −∞. `tmp`: scratch of
     /// [`key_scratch_floats`] floats.
-    pub fn key_scores(&self, h: usize, range: Range<usize>, q: &[f32], scores: &mut [f32], stride: usize, tmp: &mut [f32]) {
+    pub fn key_scores(
+        &self,
+        h: usize,
+        range: Range<usize>,
+        q: &[f32],
+        scores: &mut [f32],
+        stride: usize,
+        tmp: &mut [f32],
+    ) {
         let d = self.head_dim;
         let dot = kernels().dot;
         let (row, chan) = tmp.split_at_mut(d);
@@ -126,15 +144,18 @@ impl<'a> LayerView<'a> {
                 let i = p - range.start;
                 let held = self.key_into(src, h, p % BLOCK_TOKENS, row, chan);
                 for (g, qg) in q.chunks_exact(d).enumerate() {
-                    scores[g * stride + i] = if held { dot(qg, row) } else { f32::NEG_INFINITY };
+                    scores[g * stride + i] = if held {
+                        dot(qg, row)
+                    } else {
+                        f32::NEG_INFINITY
+                    };
                 }
             }
             p = end;
         }
     }
 
-    /// Key head `h` at `pos` as f32 (as stored: rotated if the cache rotates keys), or `None`
-    /// if not held. Allocates; for tests and inspection.
+    /// Key head `h` at `pos` as f32, or `None` if not held. Allocates; for tests and inspection.
     pub fn key(&self, pos: usize, h: usize) -> Option<Vec<f32>> {
         let src = self.key_block(pos / BLOCK_TOKENS);
         let mut tmp = vec![0.0; key_scratch_floats(self.head_dim)];
