@@ -38,7 +38,9 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     if template.is_fallback() {
         eprintln!("note: {} has no chat template; using a ChatML-style fallback", cmd.model);
     }
-    let (params, planned) = cmd.run.plan(&m.model, 1)?;
+    // A conversation may fill the whole context: planned for it, then each turn pins as many
+    // layers as the KV cache it can reach leaves room for.
+    let (params, planned) = cmd.run.plan(&m.model, 1, None)?;
     let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
     let residence = planned.attach(&m.model, &m.path, session.context())?;
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -79,6 +81,7 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             eprintln!("error: the conversation needs {} tokens but the context holds {}; /reset or restart with a larger --ctx", tokens.len(), session.n_ctx());
             continue;
         }
+        residence.fit_kv((tokens.len() + cmd.n_predict).min(session.n_ctx()));
         let mut answer = String::new();
         let stdout = std::io::stdout();
         let mut out = stdout.lock();

@@ -22,6 +22,11 @@ pub struct PlanArgs {
     /// KV cache precision: f16, q8 or q4 (default: chosen within the budget).
     #[arg(long)]
     pub kv: Option<String>,
+    /// Positions the job will fill at most (prompt + tokens to generate), as `snug run` knows
+    /// them (default: the whole context). The KV cache is paged: fewer positions cost less and
+    /// leave room for more pinned layers.
+    #[arg(long)]
+    pub tokens: Option<usize>,
     /// Tokens computed together during prompt processing.
     #[arg(long, default_value_t = 512)]
     pub ubatch: usize,
@@ -63,8 +68,8 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         .map(|k| KvType::parse(k).ok_or_else(|| anyhow::anyhow!("--kv {k:?}: use f16, q8 or q4")))
         .transpose()?;
     let threads = a.threads.unwrap_or_else(default_threads).max(1);
-    if a.ubatch == 0 || a.ctx == Some(0) {
-        anyhow::bail!("--ubatch and --ctx must be at least 1");
+    if a.ubatch == 0 || a.ctx == Some(0) || a.tokens == Some(0) {
+        anyhow::bail!("--ubatch, --ctx and --tokens must be at least 1");
     }
     let budget = a.mem.budget();
     let wants = Wants {
@@ -72,6 +77,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv,
         residency: a.mem.residency(),
         n_ctx_min: 1,
+        n_kv: a.tokens,
         n_ubatch: a.ubatch,
         n_threads: threads,
         kv_available: KvType::ALL.to_vec(),
@@ -79,10 +85,12 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     };
     let choice = plan::choose(&s, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.
+    let n_kv = |n_ctx: usize| a.tokens.map_or(n_ctx, |t| t.min(n_ctx));
     let req = match &choice {
         Ok(c) => c.request,
         Err(_) => Request {
             n_ctx: a.ctx.unwrap_or_else(|| cfg.n_ctx_train.clamp(1, 4096)),
+            n_kv: n_kv(a.ctx.unwrap_or_else(|| cfg.n_ctx_train.clamp(1, 4096))),
             kv: kv.unwrap_or(KvType::F16),
             n_ubatch: a.ubatch,
             n_threads: threads,
@@ -106,6 +114,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     let cell = |n_ctx: usize, kv: KvType| {
         let r = Request {
             n_ctx,
+            n_kv: n_kv(n_ctx),
             kv,
             residency: Residency::Mmap,
             pinned_layers: s.n_layer,
@@ -171,7 +180,8 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         fmt_bytes(plan::kv_bytes_per_token(&s, KvType::Q4))
     );
     println!();
-    println!("predicted peak RSS, weights mmap'd ({} = fits)", "*");
+    let filled = a.tokens.map(|t| format!(", KV filled to {t} positions")).unwrap_or_default();
+    println!("predicted peak RSS, weights mmap'd{filled} (* = fits)");
     println!(
         "{:>8}  {:>13}  {:>13}  {:>13}",
         "ctx", "KV f16", "KV q8", "KV q4"

@@ -58,7 +58,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
-    let (params, planned) = cmd.run.plan(&m.model, tokens.len() + 1)?;
+    let (params, planned) = cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + cmd.n_predict))?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
     let residence = planned.attach(&m.model, &m.path, session.context())?;
     let gen = GenerateParams { n_predict: cmd.n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };

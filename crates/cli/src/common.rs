@@ -106,16 +106,17 @@ pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
 
 impl RunArgs {
     /// Context sizes for one sequence and the memory plan behind them; `needed` is the least
-    /// context the job needs. Context length and KV precision not given are chosen within the
+    /// context the job needs, `n_kv` the most positions it will fill when that is known (prompt
+    /// + tokens to generate). Context length and KV precision not given are chosen within the
     /// memory budget. Every verb that runs a model goes through here and then
     /// [`crate::mem_args::Planned::attach`], so `--ram`, `--load` and `--verbose` mean the same
     /// everywhere.
-    pub fn plan(&self, model: &Model, needed: usize) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
+    pub fn plan(&self, model: &Model, needed: usize, n_kv: Option<usize>) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
         use crate::mem_args::{from_model_kv, plan_run, to_model_kv};
         let mut p = self.fixed_params(model, needed)?;
         let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
         let n_ctx_min = if self.kv.window.is_some() { 1 } else { needed };
-        let planned = plan_run(&self.mem, model, self.ctx, kv_given.then(|| from_model_kv(p.kv_k)), n_ctx_min, p.n_ubatch, p.n_threads)?;
+        let planned = plan_run(&self.mem, model, self.ctx, kv_given.then(|| from_model_kv(p.kv_k)), n_ctx_min, n_kv, p.n_ubatch, p.n_threads)?;
         p.n_ctx = planned.request.n_ctx;
         if !kv_given {
             p.kv_k = to_model_kv(planned.request.kv);

@@ -1,13 +1,14 @@
 //! Memory flags shared by the verbs that run a model (`--ram`, `--load`, `--verbose`), and the
 //! glue from the planner's choice to a running context: context length and KV precision chosen
-//! within the budget, weights made resident (populate / mlock / stream), the pressure monitor.
+//! within the budget, weights made resident (populate / mlock / stream), the pressure governor
+//! and its monitor thread.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use memory::plan::{self, KvType, ModelFacts, Prediction, Request, Residency, Shape, Wants};
-use memory::pressure::Monitor;
+use memory::pressure::{Fit, Governor, Monitor};
 use memory::probe::{self, Budget};
 use memory::residency::{self, Streamer};
 use model::{Context, Model, ModelConfig};
@@ -94,18 +95,29 @@ pub struct Planned {
     pub prediction: Prediction,
     pub budget: Budget,
     pub verbose: bool,
+    shape: Shape,
+    facts: ModelFacts,
 }
 
-/// Weights residency and pressure monitor kept alive for a run.
+/// Weights residency and pressure governor kept alive for a run.
 pub struct Residence {
-    pub streamer: Option<Arc<Streamer>>,
-    _monitor: Option<Monitor>,
+    governor: Arc<Governor>,
+    _monitor: Monitor,
     predicted: u64,
     verbose: bool,
 }
 
 impl Residence {
-    /// With `--verbose`: peak RSS against the prediction, on stderr.
+    /// Before a generation that may fill the KV cache up to `n_kv` positions: pins as many
+    /// layers as the plan's peak leaves room for at that length (prints what moved).
+    pub fn fit_kv(&self, n_kv: usize) {
+        if let Some(line) = self.governor.fit_kv(n_kv) {
+            eprintln!("{line}");
+        }
+    }
+
+    /// With `--verbose`: peak RSS against the prediction and how many layers stayed pinned, on
+    /// stderr.
     pub fn report(&self) {
         if self.verbose {
             if let Some(hwm) = probe::self_peak_rss() {
@@ -116,26 +128,29 @@ impl Residence {
                     plan::fmt_bytes(self.predicted)
                 );
             }
-            if let Some(st) = &self.streamer {
-                eprintln!(
-                    "snug: {} of {} layers pinned at exit; {} layer drops",
-                    st.pinned(),
-                    st.n_layer(),
-                    st.drops.load(std::sync::atomic::Ordering::Relaxed)
-                );
-            }
+            let st = self.governor.streamer();
+            eprintln!(
+                "snug: {} of {} layers pinned at exit; {} layer drops",
+                st.pinned(),
+                st.n_layer(),
+                st.drops.load(std::sync::atomic::Ordering::Relaxed)
+            );
         }
     }
 }
 
 /// Chooses context, KV precision and residency for `model` within the budget; prints one line
-/// saying what and why (`--verbose`: the whole plan). Fails with numbers when nothing fits.
+/// saying what and why (`--verbose`: the whole plan). `n_kv`: the positions the job will fill
+/// at most, when known (a short job leaves room for more pinned layers). Fails with numbers
+/// when nothing fits.
+#[allow(clippy::too_many_arguments)]
 pub fn plan_run(
     mem: &MemArgs,
     model: &Model,
     ctx: Option<usize>,
     kv: Option<KvType>,
     n_ctx_min: usize,
+    n_kv: Option<usize>,
     n_ubatch: usize,
     n_threads: usize,
 ) -> anyhow::Result<Planned> {
@@ -147,6 +162,7 @@ pub fn plan_run(
         kv,
         residency: mem.residency(),
         n_ctx_min,
+        n_kv,
         n_ubatch,
         n_threads,
         kv_available: KvType::ALL.to_vec(),
@@ -169,11 +185,14 @@ pub fn plan_run(
         prediction: choice.prediction,
         budget,
         verbose: mem.verbose,
+        shape: s,
+        facts,
     })
 }
 
 impl Planned {
-    /// Makes the weights resident as planned and hooks streaming into `ctx`'s layer loop.
+    /// Makes the weights resident as planned, hooks a [`Streamer`] into `ctx`'s layer loop (in
+    /// every mode: it does nothing until layers are demoted) and starts the pressure monitor.
     pub fn attach(
         &self,
         model: &Arc<Model>,
@@ -184,59 +203,32 @@ impl Planned {
         let layers: Vec<(usize, usize)> = (0..model.config.n_layer)
             .map(|il| model.weights.layer_range(il))
             .collect();
-        let layer_bytes: Vec<u64> = layers.iter().map(|&(a, b)| (b - a) as u64).collect();
-        let under_limit = matches!(
-            self.budget.source,
-            probe::BudgetSource::CgroupV1(_) | probe::BudgetSource::CgroupV2(_)
-        );
         let n_layer = layers.len();
-        let streamer = match self.request.residency {
+        let (pinned, lock) = match self.request.residency {
             Residency::Mlock => {
                 residency::populate(map);
                 residency::lock_all(map).map_err(anyhow::Error::msg)?;
-                None
+                (n_layer, true)
             }
-            Residency::Stream => Some(
-                Streamer::new(map, path, layers, self.request.pinned_layers, true)
-                    .map_err(anyhow::Error::msg)?,
-            ),
-            // Under a real limit every layer is "pinned" (left alone) but can be demoted to
-            // streaming by the pressure monitor.
-            Residency::Mmap | Residency::Populate => {
-                if self.request.residency == Residency::Populate {
-                    residency::populate(map);
-                }
-                if under_limit {
-                    Some(
-                        Streamer::new(map, path, layers, n_layer, false)
-                            .map_err(anyhow::Error::msg)?,
-                    )
-                } else {
-                    None
-                }
+            Residency::Populate => {
+                residency::populate(map);
+                (n_layer, false)
             }
+            Residency::Mmap => (n_layer, false),
+            // Pinned layers are kept, not locked: a limit lowered under the running model can
+            // then be met by reclaiming their pages (cgroup v1 refuses a limit below locked
+            // memory, v2 OOM-kills), and the governor turns them into streamed layers.
+            Residency::Stream => (self.request.pinned_layers, false),
         };
-        let streamer = streamer.map(Arc::new);
-        if let Some(st) = &streamer {
-            ctx.set_layer_observer(st.clone());
-        }
-        // Under a real limit, watch it: if it shrinks, pinned layers start streaming.
-        let monitor = match &streamer {
-            Some(st) if under_limit => {
-                let reserve = plan::headroom(self.budget.bytes) / 2;
-                Some(Monitor::start(
-                    &self.budget.source,
-                    st.clone(),
-                    layer_bytes,
-                    reserve,
-                    Duration::from_millis(100),
-                ))
-            }
-            _ => None,
-        };
+        let streamer = Arc::new(
+            Streamer::new(map, path, layers, pinned, lock).map_err(anyhow::Error::msg)?,
+        );
+        ctx.set_layer_observer(streamer.clone());
+        let fit = Fit::new(self.shape.clone(), self.facts.clone(), self.request, self.budget.bytes);
+        let governor = Arc::new(Governor::new(fit, streamer, &self.budget));
         Ok(Residence {
-            streamer,
-            _monitor: monitor,
+            _monitor: Monitor::start(governor.clone(), Duration::from_millis(100)),
+            governor,
             predicted: self.prediction.total,
             verbose: self.verbose,
         })

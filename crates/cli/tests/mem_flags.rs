@@ -1,5 +1,5 @@
 //! `--ram`, `--load` and `--verbose` mean the same to `snug run`, `snug chat` and `snug bench`:
-//! each verb prints the same plan line for the same flags, makes the weights resident the way
+//! each verb plans within the same budget and residency for the same flags, makes the weights resident the way
 //! `--load` says (streaming shows up as layer drops at exit) and, with `--verbose`, reports its
 //! peak RSS against the prediction.
 
@@ -46,10 +46,10 @@ fn plan_line(err: &str) -> String {
 fn chat_and_bench_stream_weights_under_ram_and_report_like_run() {
     let flags = ["--ram", "330M", "--load", "stream", "--verbose"];
     let lines: Vec<(String, String)> = ["run", "chat", "bench"].iter().map(|v| (v.to_string(), verb(v, &flags))).collect();
-    let want = plan_line(&lines[0].1);
-    assert!(want.contains("stream (") && want.contains("budget 330.0 MiB from --ram"), "{want}");
     for (v, err) in &lines {
-        assert_eq!(plan_line(err), want, "snug {v} planned differently from snug run");
+        // The pinned count depends on how many positions each verb fills; the rest is the same.
+        let line = plan_line(err);
+        assert!(line.contains("ctx 256, KV f16") && line.contains(", stream (") && line.contains("budget 330.0 MiB from --ram"), "snug {v}: {line}");
         assert!(err.contains("peak RSS (VmHWM)"), "snug {v} --verbose did not report peak RSS:\n{err}");
         let drops = err.lines().find(|l| l.contains("layer drops")).unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
         assert!(!drops.contains(" 0 layer drops"), "snug {v}: {drops}");
@@ -63,7 +63,7 @@ fn chat_and_bench_honour_populate_and_mlock() {
             // --ram bounds the buffer bench measures bandwidth with (at most half of what the
             // plan leaves free), which keeps this test quick.
             let line = plan_line(&verb(v, &["--load", load, "--ram", "700M"]));
-            assert!(line.contains(&format!("KV f16, {load} —")), "snug {v} --load {load}: {line}");
+            assert!(line.contains(&format!(", {load} —")), "snug {v} --load {load}: {line}");
         }
     }
 }

@@ -7,7 +7,8 @@
 //!   heap, fixed process overhead) and chooses context, KV precision and residency for a budget.
 //! - [`residency`] applies a residency mode to the mapped file (mmap / populate / mlock / stream)
 //!   and, for streaming, prefetches and drops layers around each layer's compute.
-//! - [`pressure`] watches the budget while running and reports when it shrinks.
+//! - [`pressure`] watches the budget while running and moves layers between pinned and streamed
+//!   as the limit, the free memory and the KV cache length change.
 
 pub mod plan;
 pub mod pressure;

@@ -219,6 +219,10 @@ impl ModelFacts {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Request {
     pub n_ctx: usize,
+    /// Positions the KV cache holds at its peak: `n_ctx`, or fewer when the job is known to
+    /// need fewer (a prompt plus the tokens to generate). The cache is paged, so that is what
+    /// it costs.
+    pub n_kv: usize,
     pub kv: KvType,
     pub n_ubatch: usize,
     pub n_threads: usize,
@@ -336,7 +340,7 @@ pub fn tokenizer_bytes(m: &ModelFacts) -> u64 {
 
 pub fn predict(s: &Shape, m: &ModelFacts, r: &Request) -> Prediction {
     let weights = weights_resident(s, m, r);
-    let kv = kv_bytes(s, r.kv, r.n_ctx, r.n_ubatch, r.kv_windowed);
+    let kv = kv_bytes(s, r.kv, r.n_kv.min(r.n_ctx), r.n_ubatch, r.kv_windowed);
     let arena = arena_bytes(s, r);
     let logits = s.n_vocab as u64 * 4;
     let tokenizer = tokenizer_bytes(m);
@@ -365,6 +369,9 @@ pub struct Wants {
     pub residency: Option<Residency>,
     /// Least context the job needs (prompt + 1).
     pub n_ctx_min: usize,
+    /// Positions the job will hold at most (prompt + tokens to generate); `None`: the whole
+    /// context (a conversation, or a job whose length is not known).
+    pub n_kv: Option<usize>,
     pub n_ubatch: usize,
     pub n_threads: usize,
     /// KV precisions the runtime's cache implements.
@@ -410,8 +417,9 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
             .filter(|&k| k != KvType::Q4)
             .collect(),
     };
-    let req = |n_ctx, kv, residency, pinned| Request {
+    let req = |n_ctx: usize, kv, residency, pinned| Request {
         n_ctx,
+        n_kv: w.n_kv.map_or(n_ctx, |n| n.clamp(1, n_ctx)),
         kv,
         n_ubatch: w.n_ubatch,
         n_threads: w.n_threads,
@@ -525,16 +533,18 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
     ))
 }
 
-/// `ctx 4096, KV f16, mmap` (streaming adds the pinned count).
+/// `ctx 4096, KV f16, mmap` (a job needing fewer positions than the context says how many;
+/// streaming adds the pinned count).
 pub fn describe(r: &Request) -> String {
+    let used = if r.n_kv < r.n_ctx {
+        format!(" for {} positions", r.n_kv)
+    } else {
+        String::new()
+    };
+    let kv = format!("ctx {}, KV {}{used}", r.n_ctx, r.kv.name());
     match r.residency {
-        Residency::Stream => format!(
-            "ctx {}, KV {}, stream ({} layers pinned)",
-            r.n_ctx,
-            r.kv.name(),
-            r.pinned_layers
-        ),
-        m => format!("ctx {}, KV {}, {}", r.n_ctx, r.kv.name(), m.name()),
+        Residency::Stream => format!("{kv}, stream ({} layers pinned)", r.pinned_layers),
+        m => format!("{kv}, {}", m.name()),
     }
 }
 
@@ -579,10 +589,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn qwen7b() -> (Shape, ModelFacts) {
+    /// Qwen2.5-7B Q4_K_M as the planner sees it (shared with the pressure tests).
+    pub(crate) fn qwen7b() -> (Shape, ModelFacts) {
         let s = Shape {
             n_layer: 28,
             n_embd: 3584,
@@ -652,12 +663,13 @@ mod tests {
         assert!(win < full);
     }
 
-    fn wants() -> Wants {
+    pub(crate) fn wants() -> Wants {
         Wants {
             n_ctx: None,
             kv: None,
             residency: None,
             n_ctx_min: 1,
+            n_kv: None,
             n_ubatch: 512,
             n_threads: 2,
             kv_available: vec![KvType::F16],
@@ -680,6 +692,20 @@ mod tests {
         assert_eq!(c.request.residency, Residency::Stream);
         assert!(c.request.pinned_layers > 0 && c.request.pinned_layers < 28);
         assert!(c.prediction.total <= 3 << 30);
+    }
+
+    #[test]
+    fn a_short_job_pins_more_layers_and_predicts_only_the_kv_it_fills() {
+        let (s, m) = qwen7b();
+        let full = choose(&s, &m, 3 << 30, &wants()).unwrap();
+        let mut w = wants();
+        w.n_kv = Some(80);
+        let short = choose(&s, &m, 3 << 30, &w).unwrap();
+        assert_eq!((short.request.n_ctx, short.request.n_kv), (4096, 80));
+        assert!(short.request.pinned_layers > full.request.pinned_layers);
+        assert_eq!(short.prediction.kv, kv_bytes_per_token(&s, KvType::F16) * 96);
+        assert!(short.prediction.total <= 3 << 30);
+        assert!(describe(&short.request).contains("for 80 positions"));
     }
 
     #[test]

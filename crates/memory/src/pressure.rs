@@ -1,63 +1,283 @@
-//! Memory-pressure monitor: a thread that polls the budget (cgroup limit and usage, or
-//! MemAvailable) and, when the room left falls under a threshold, demotes pinned layers of a
-//! [`Streamer`] to streaming — the cheapest memory to give back, since the file is the backing
-//! store — and logs what it did. Cost: one small file read per poll (default every 100 ms).
+//! Memory-pressure governor: keeps the predicted peak of the running configuration inside the
+//! plan's own prediction and inside the room the machine leaves now, by moving layers between
+//! "pinned" (resident) and "streamed" (read before use, dropped after) — the cheapest memory to
+//! give back, since the file is the backing store.
+//!
+//! Two inputs move the boundary. The KV cache's length ([`Governor::fit_kv`], called before each
+//! generation): a short cache leaves room for more pinned layers, a growing one takes it back.
+//! The budget ([`Governor::poll`], from a [`Monitor`] thread every 100 ms): a cgroup limit
+//! lowered (v1 `memory.limit_in_bytes`, v2 `memory.max`, any ancestor), MemAvailable falling
+//! (other processes taking memory), or usage creeping into the reserve below the limit. Each
+//! reaction logs one line saying what was seen and what was done. The KV page pool already
+//! returns freed blocks past its high-water mark to the OS (`model::kv::pool`); it has no
+//! "trim now" call, so freed-but-warm KV pages are not something the governor can release.
+//! Cost: two or three small file reads per poll; the decision is a few hundred additions.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::fmt_bytes;
-use crate::probe::{self, BudgetSource};
+use crate::plan::{self, fmt_bytes, ModelFacts, Request, Shape};
+use crate::probe::{self, Budget, BudgetSource};
 use crate::residency::Streamer;
 
-/// A running monitor; dropping it stops the thread.
-pub struct Monitor {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-/// What one poll sees.
-#[derive(Clone, Copy, Debug)]
+/// What one poll sees: the bytes this process may hold and what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reading {
     pub limit: u64,
     pub usage: u64,
 }
 
-fn read(limit_file: &Option<PathBuf>) -> Option<Reading> {
-    match limit_file {
-        Some(f) => {
-            let limit = std::fs::read_to_string(f).ok()?.trim().parse().ok()?;
-            let usage = probe::cgroup_usage(f)?;
-            Some(Reading { limit, usage })
-        }
-        None => {
-            let avail = probe::mem_available()?;
-            let rss = probe::self_rss()?;
-            Some(Reading {
-                limit: avail + rss,
-                usage: rss,
-            })
-        }
+impl Reading {
+    pub fn free(&self) -> u64 {
+        self.limit.saturating_sub(self.usage)
     }
 }
 
-impl Monitor {
-    /// Watches the budget `source` describes; when `limit - usage` drops below `reserve` bytes,
-    /// demotes enough of `streamer`'s pinned layers (biggest first from the top) to restore it.
-    pub fn start(
-        source: &BudgetSource,
-        streamer: Arc<Streamer>,
-        layer_bytes: Vec<u64>,
-        reserve: u64,
-        every: Duration,
-    ) -> Monitor {
-        let limit_file = match source {
-            BudgetSource::CgroupV1(p) | BudgetSource::CgroupV2(p) => Some(p.clone()),
-            _ => None,
+/// Reads the budget the way it was first found: the tightest cgroup limit (looked up again, so
+/// a lowered ancestor counts) and its usage; MemAvailable plus this process's anonymous memory
+/// (the page cache it maps is already counted as available) against its RSS; or `--ram`
+/// against its RSS.
+pub fn read(source: &BudgetSource, ram: u64) -> Option<Reading> {
+    match source {
+        BudgetSource::CgroupV1(_) | BudgetSource::CgroupV2(_) => match probe::cgroup_limit() {
+            Some((limit, src)) => {
+                let (BudgetSource::CgroupV1(f) | BudgetSource::CgroupV2(f)) = &src else {
+                    return None;
+                };
+                Some(Reading {
+                    limit,
+                    usage: probe::cgroup_usage(f)?,
+                })
+            }
+            // The limit was lifted: the machine's memory is what is left.
+            None => read(&BudgetSource::MemAvailable, ram),
+        },
+        BudgetSource::MemAvailable => {
+            let status = probe::self_status()?;
+            Some(Reading {
+                limit: probe::mem_available()?
+                    + probe::meminfo_field(&status, "RssAnon:").unwrap_or(0),
+                usage: probe::meminfo_field(&status, "VmRSS:")?,
+            })
+        }
+        BudgetSource::Flag => Some(Reading {
+            limit: ram,
+            usage: probe::self_rss()?,
+        }),
+    }
+}
+
+/// Why layers moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The limit leaves too little usable room for the pinned layers' predicted peak.
+    Limit { predicted: u64, usable: u64 },
+    /// Usage came within the reserve of the limit.
+    Reserve { free: u64 },
+}
+
+/// The planner's view of the running configuration: how many layers may stay pinned.
+#[derive(Clone, Debug)]
+pub struct Fit {
+    pub shape: Shape,
+    pub facts: ModelFacts,
+    /// As planned; `n_kv` is replaced by the cache's current need.
+    pub request: Request,
+    /// The planned configuration's predicted peak: the most the prediction may reach.
+    pub predicted: u64,
+    /// Room kept free under the limit before layers are demoted for usage alone.
+    pub reserve: u64,
+}
+
+impl Fit {
+    pub fn new(shape: Shape, facts: ModelFacts, request: Request, budget: u64) -> Fit {
+        let predicted = plan::predict(&shape, &facts, &request).total;
+        Fit {
+            shape,
+            facts,
+            request,
+            predicted,
+            reserve: plan::headroom(budget) / 2,
+        }
+    }
+
+    fn request_for(&self, n_kv: usize, pinned: usize) -> Request {
+        let residency = if pinned >= self.shape.n_layer {
+            self.request.residency
+        } else {
+            plan::Residency::Stream
         };
+        Request {
+            n_kv: n_kv.min(self.request.n_ctx),
+            pinned_layers: pinned,
+            residency,
+            ..self.request
+        }
+    }
+
+    /// Predicted peak with `pinned` layers resident and `n_kv` positions cached.
+    pub fn predict(&self, n_kv: usize, pinned: usize) -> u64 {
+        plan::predict(&self.shape, &self.facts, &self.request_for(n_kv, pinned)).total
+    }
+
+    /// Room the prediction may use under `limit`: its usable bytes, and never more than the plan
+    /// promised.
+    pub fn usable(&self, limit: u64) -> u64 {
+        limit
+            .saturating_sub(plan::headroom(limit))
+            .min(self.predicted)
+    }
+
+    /// Most layers that may stay pinned under `limit` with `n_kv` positions cached (0 when even
+    /// streaming every layer does not fit: nothing more can be given back).
+    pub fn target(&self, limit: u64, n_kv: usize) -> usize {
+        let usable = self.usable(limit);
+        (0..=self.shape.n_layer)
+            .rev()
+            .find(|&k| self.predict(n_kv, k) <= usable)
+            .unwrap_or(0)
+    }
+
+    /// What one reading asks for with `pinned` layers resident and `n_kv` positions cached: the
+    /// pinned count to demote to, and why; `None` when nothing needs to move.
+    pub fn react(&self, r: Reading, pinned: usize, n_kv: usize) -> Option<(usize, Cause)> {
+        if pinned == 0 {
+            return None;
+        }
+        let target = self.target(r.limit, n_kv);
+        if target < pinned {
+            let cause = Cause::Limit {
+                predicted: self.predict(n_kv, pinned),
+                usable: self.usable(r.limit),
+            };
+            return Some((target, cause));
+        }
+        let free = r.free();
+        if free < self.reserve {
+            // Demote the top pinned layers until their bytes cover the shortfall.
+            let mut need = self.reserve - free;
+            let mut k = pinned;
+            while need > 0 && k > 0 {
+                k -= 1;
+                need = need.saturating_sub(self.facts.layer_bytes.get(k).copied().unwrap_or(0));
+            }
+            return Some((k, Cause::Reserve { free }));
+        }
+        None
+    }
+}
+
+/// The running configuration's memory: the fit, the streamer it moves layers of, the budget it
+/// watches and the KV length it was last told.
+pub struct Governor {
+    fit: Fit,
+    streamer: Arc<Streamer>,
+    source: BudgetSource,
+    /// The budget found at start (the limit for `--ram`).
+    budget: u64,
+    n_kv: AtomicUsize,
+    /// The "nothing left to give back" line was printed.
+    exhausted: AtomicBool,
+}
+
+impl Governor {
+    pub fn new(fit: Fit, streamer: Arc<Streamer>, budget: &Budget) -> Governor {
+        let n_kv = fit.request.n_kv;
+        Governor {
+            fit,
+            streamer,
+            source: budget.source.clone(),
+            budget: budget.bytes,
+            n_kv: AtomicUsize::new(n_kv),
+            exhausted: AtomicBool::new(false),
+        }
+    }
+
+    pub fn streamer(&self) -> &Arc<Streamer> {
+        &self.streamer
+    }
+
+    fn limit_now(&self) -> u64 {
+        read(&self.source, self.budget).map_or(self.budget, |r| r.limit)
+    }
+
+    /// The KV cache is about to hold up to `n_kv` positions: pin as many layers as that leaves
+    /// room for (more while the cache is short, fewer as it grows). A line when that changed.
+    pub fn fit_kv(&self, n_kv: usize) -> Option<String> {
+        self.n_kv.store(n_kv, Ordering::Relaxed);
+        let target = self.fit.target(self.limit_now(), n_kv);
+        let (was, now) = self.streamer.set_pinned(target);
+        (was != now).then(|| {
+            format!(
+                "snug: KV cache for {n_kv} positions: {} ({now} of {} pinned, predicted peak {})",
+                moved(was, now),
+                self.streamer.n_layer(),
+                fmt_bytes(self.fit.predict(n_kv, now))
+            )
+        })
+    }
+
+    /// One look at the budget; acts on it and returns the line saying so, if anything was done.
+    pub fn poll(&self) -> Option<String> {
+        let r = read(&self.source, self.budget)?;
+        let pinned = self.streamer.pinned();
+        let n_kv = self.n_kv.load(Ordering::Relaxed);
+        let seen = format!(
+            "limit {}, {} in use, {} free",
+            fmt_bytes(r.limit),
+            fmt_bytes(r.usage),
+            fmt_bytes(r.free())
+        );
+        let Some((k, cause)) = self.fit.react(r, pinned, n_kv) else {
+            if pinned == 0 && r.free() < self.fit.reserve && !self.exhausted.swap(true, Ordering::Relaxed) {
+                return Some(format!(
+                    "snug: memory pressure: {seen}; every layer already streams, nothing left to give back"
+                ));
+            }
+            return None;
+        };
+        let why = match cause {
+            Cause::Limit { predicted, usable } => format!(
+                "predicted peak {} with {pinned} layers pinned exceeds {} usable",
+                fmt_bytes(predicted),
+                fmt_bytes(usable)
+            ),
+            Cause::Reserve { free } => format!(
+                "{} free is under the {} reserve",
+                fmt_bytes(free),
+                fmt_bytes(self.fit.reserve)
+            ),
+        };
+        let (was, now) = self.streamer.demote(k);
+        Some(format!(
+            "snug: memory pressure: {seen} ({why}); {} ({now} of {} pinned, predicted peak {})",
+            moved(was, now),
+            self.streamer.n_layer(),
+            fmt_bytes(self.fit.predict(n_kv, now))
+        ))
+    }
+}
+
+/// `layers 5..24 now stream` / `layers 5..9 now pinned` / `no layer moved`.
+fn moved(was: usize, now: usize) -> String {
+    match now.cmp(&was) {
+        std::cmp::Ordering::Less => format!("layers {now}..{was} now stream"),
+        std::cmp::Ordering::Greater => format!("layers {was}..{now} now pinned"),
+        std::cmp::Ordering::Equal => "no layer moved".to_string(),
+    }
+}
+
+/// A thread polling a [`Governor`]; dropping it stops the thread.
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Monitor {
+    /// Polls `governor` every `every`, printing each reaction on stderr.
+    pub fn start(governor: Arc<Governor>, every: Duration) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
@@ -65,28 +285,8 @@ impl Monitor {
             .stack_size(64 * 1024)
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
-                    if let Some(r) = read(&limit_file) {
-                        let free = r.limit.saturating_sub(r.usage);
-                        if free < reserve && streamer.pinned() > 0 {
-                            let mut need = reserve - free;
-                            let mut pinned = streamer.pinned();
-                            while need > 0 && pinned > 0 {
-                                pinned -= 1;
-                                need = need.saturating_sub(layer_bytes.get(pinned).copied().unwrap_or(0));
-                            }
-                            let was = streamer.pinned();
-                            streamer.demote(pinned);
-                            eprintln!(
-                                "snug: memory pressure: {} free of {} limit ({} in use); layers {}..{} now stream ({} of {} pinned)",
-                                fmt_bytes(free),
-                                fmt_bytes(r.limit),
-                                fmt_bytes(r.usage),
-                                pinned,
-                                was,
-                                pinned,
-                                streamer.n_layer()
-                            );
-                        }
+                    if let Some(line) = governor.poll() {
+                        eprintln!("{line}");
                     }
                     std::thread::sleep(every);
                 }
@@ -102,5 +302,73 @@ impl Drop for Monitor {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{choose, tests::qwen7b, tests::wants, KvType, Residency};
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// The Qwen2.5-7B Q4_K_M shape (28 layers of ~134 MiB) planned at context 4096.
+    fn fit(residency: Residency, pinned: usize, n_kv: usize, budget: u64) -> Fit {
+        let (shape, facts) = qwen7b();
+        let request = Request {
+            n_ctx: 4096,
+            n_kv,
+            kv: KvType::F16,
+            n_ubatch: 512,
+            n_threads: 2,
+            residency,
+            pinned_layers: pinned,
+            kv_windowed: false,
+        };
+        Fit::new(shape, facts, request, budget)
+    }
+
+    #[test]
+    fn an_unchanged_limit_moves_nothing() {
+        let f = fit(Residency::Mmap, 28, 100, 6 * GIB);
+        assert_eq!(f.target(6 * GIB, 100), 28);
+        assert_eq!(f.react(Reading { limit: 6 * GIB, usage: 4 * GIB }, 28, 100), None);
+    }
+
+    #[test]
+    fn a_lowered_limit_streams_the_top_layers_within_the_new_usable_room() {
+        let f = fit(Residency::Mmap, 28, 100, 6 * GIB);
+        let r = Reading { limit: 3 * GIB, usage: 3 * GIB - 10 * MIB };
+        let (k, cause) = f.react(r, 28, 100).expect("reacts");
+        assert!(k > 0 && k < 28, "{k}");
+        assert!(f.predict(100, k) <= f.usable(3 * GIB) && f.predict(100, k + 1) > f.usable(3 * GIB));
+        assert!(matches!(cause, Cause::Limit { predicted, usable } if predicted > usable));
+        // Too small for anything: every layer streams.
+        assert_eq!(f.react(Reading { limit: 600 * MIB, usage: 0 }, 28, 100).map(|x| x.0), Some(0));
+    }
+
+    #[test]
+    fn usage_in_the_reserve_demotes_enough_layers_to_cover_it() {
+        let f = fit(Residency::Mmap, 28, 100, 6 * GIB);
+        assert_eq!(f.reserve, 96 * MIB);
+        // 16 MiB free: 80 MiB short, one 134 MiB layer covers it.
+        let r = Reading { limit: 6 * GIB, usage: 6 * GIB - 16 * MIB };
+        assert_eq!(f.react(r, 28, 100), Some((27, Cause::Reserve { free: 16 * MIB })));
+        assert_eq!(f.react(r, 0, 100), None);
+    }
+
+    #[test]
+    fn a_short_cache_pins_more_layers_than_the_full_context_plan_and_a_long_one_fewer() {
+        let (s, m) = qwen7b();
+        let planned = choose(&s, &m, 3 * GIB, &wants()).unwrap().request;
+        let f = Fit::new(s, m, planned, 3 * GIB);
+        let k0 = planned.pinned_layers;
+        assert_eq!(f.target(3 * GIB, 4096), k0);
+        let short = f.target(3 * GIB, 80);
+        assert!(short > k0, "{short} vs {k0}");
+        assert!(f.predict(80, short) <= f.predicted, "never past the planned peak");
+        let half = f.target(3 * GIB, 2048);
+        assert!(k0 <= half && half <= short);
     }
 }

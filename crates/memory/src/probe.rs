@@ -134,14 +134,19 @@ pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// `/proc/self/status`, for several of its fields at once.
+pub fn self_status() -> Option<String> {
+    fs::read_to_string("/proc/self/status").ok()
+}
+
 /// This process's resident set now (`VmRSS`).
 pub fn self_rss() -> Option<u64> {
-    meminfo_field(&fs::read_to_string("/proc/self/status").ok()?, "VmRSS:")
+    meminfo_field(&self_status()?, "VmRSS:")
 }
 
 /// This process's peak resident set so far (`VmHWM`).
 pub fn self_peak_rss() -> Option<u64> {
-    meminfo_field(&fs::read_to_string("/proc/self/status").ok()?, "VmHWM:")
+    meminfo_field(&self_status()?, "VmHWM:")
 }
 
 /// Current usage of the tightest limited cgroup (v1 `memory.usage_in_bytes`, v2

@@ -1,16 +1,20 @@
 //! Residency of the mapped weights: prefault (`populate`), pin (`mlock`), or stream layer by
 //! layer with a [`Streamer`] that the forward pass calls around each layer.
 //!
-//! Streaming keeps layers `0..pinned` locked and, for the others, asks the kernel to read the
-//! next layer ahead (`MADV_WILLNEED`, asynchronous readahead) while the current one computes,
-//! then unmaps the layer just used (`MADV_DONTNEED`) and drops its page-cache pages
-//! (`POSIX_FADV_DONTNEED`) so a cgroup's charge for them is returned at once. Cost: two system
-//! calls per streamed layer per token; resident weights = pinned layers + about two layers.
+//! A streamer keeps layers `0..pinned` resident (left in the page cache; locked only under
+//! `--load mlock`) and, for the others, asks the kernel to read the next layer ahead
+//! (`MADV_WILLNEED`, asynchronous readahead) while the current one computes, then unmaps the
+//! layer just used (`MADV_DONTNEED`) and drops its page-cache pages (`POSIX_FADV_DONTNEED`) so a
+//! cgroup's charge for them is returned at once. Every residency mode runs through one, so the
+//! pressure governor can move layers between the two sets at any time. Cost: two system calls
+//! per streamed layer per token (none while every layer is pinned); resident weights = pinned
+//! layers + about two layers.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Called by the forward pass around every layer of every micro-batch.
 pub trait LayerObserver: Send + Sync {
@@ -126,8 +130,9 @@ fn unlock_range(map: &[u8], start: usize, end: usize) {
 }
 
 /// Streams layers `pinned..n_layer` through memory; layers below `pinned` stay resident
-/// (locked if `lock`). The pinned count can only go down ([`Streamer::demote`]), which is how
-/// the pressure monitor hands memory back.
+/// (locked if `lock`). [`Streamer::set_pinned`] moves the boundary either way (the KV cache
+/// growing or shrinking); [`Streamer::demote`] also caps it, which is how the pressure governor
+/// hands memory back for good.
 pub struct Streamer {
     /// Base address and length of the file mapping (owned by the model, which outlives us).
     base: usize,
@@ -135,6 +140,10 @@ pub struct Streamer {
     /// `[n_layer]` byte ranges in the file.
     layers: Vec<(usize, usize)>,
     pinned: AtomicUsize,
+    /// Most layers that may be pinned again (lowered by memory pressure, never raised).
+    cap: AtomicUsize,
+    /// Serialises changes of `pinned` (the governor thread and the generating thread).
+    change: Mutex<()>,
     lock: bool,
     file: File,
     /// Streamed-layer drops done (for logs and tests).
@@ -157,8 +166,10 @@ impl Streamer {
         let s = Streamer {
             base: map.as_ptr() as usize,
             len: map.len(),
+            cap: AtomicUsize::new(layers.len()),
             layers,
             pinned: AtomicUsize::new(pinned),
+            change: Mutex::new(()),
             lock,
             file,
             drops: AtomicU64::new(0),
@@ -188,16 +199,47 @@ impl Streamer {
         self.layers.len()
     }
 
-    /// Stops keeping layers `pinned..` resident: they stream from the next token on.
-    pub fn demote(&self, pinned: usize) {
-        let old = self.pinned.fetch_min(pinned, Ordering::Relaxed);
-        for il in pinned.min(old)..old {
-            let (a, b) = self.layers[il];
-            if self.lock {
-                unlock_range(self.map(), a, b);
+    /// Bytes of layer `il` in the file.
+    pub fn layer_bytes(&self, il: usize) -> u64 {
+        self.layers.get(il).map_or(0, |&(a, b)| (b - a) as u64)
+    }
+
+    /// Keeps layers `0..k` resident from the next layer computed on, `k` at most the cap set by
+    /// [`Streamer::demote`]. Fewer: layers `k..` stream and their pages are dropped now. More:
+    /// layers are kept again (locked first when locking; a refused lock stops there). Returns the
+    /// pinned count before and after.
+    pub fn set_pinned(&self, k: usize) -> (usize, usize) {
+        let _g = self.change.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.pinned();
+        let k = k.min(self.cap.load(Ordering::Relaxed)).min(self.layers.len());
+        if k < old {
+            self.pinned.store(k, Ordering::Relaxed);
+            for il in k..old {
+                let (a, b) = self.layers[il];
+                if self.lock {
+                    unlock_range(self.map(), a, b);
+                }
+                self.drop_layer(il);
             }
-            self.drop_layer(il);
+        } else if k > old {
+            let mut n = old;
+            while n < k {
+                let (a, b) = self.layers[n];
+                if self.lock && lock_range(self.map(), a, b).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+            self.pinned.store(n, Ordering::Relaxed);
         }
+        (old, self.pinned())
+    }
+
+    /// Stops keeping layers `k..` resident, and never pins more than `k` again: they stream from
+    /// the next layer computed on. Returns the pinned count before and after.
+    pub fn demote(&self, k: usize) -> (usize, usize) {
+        self.cap.fetch_min(k, Ordering::Relaxed);
+        self.set_pinned(k)
     }
 
     fn prefetch(&self, il: usize) {
