@@ -1,6 +1,8 @@
 //! A decoded token allocates nothing: `Context::decode` of a one-token batch plus
 //! `Sampler::sample` run under a counting global allocator after warm-up.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -45,22 +47,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn model_or_skip(alias: &str) -> Option<Arc<Model>> {
-    let path = hub::model_path(alias);
-    if !path.exists() {
-        eprintln!(
-            "skipping: {} is missing; run `snug pull {alias}`",
-            path.display()
-        );
-        return None;
-    }
-    Some(Arc::new(Model::load(&path).expect("model loads")))
+fn model(alias: &str) -> Arc<Model> {
+    Arc::new(Model::load(common::model(alias)).expect("model loads"))
 }
 
 fn decode_allocations(alias: &str, n_threads: usize) {
-    let Some(model) = model_or_skip(alias) else {
-        return;
-    };
+    let model = model(alias);
     let params = ContextParams {
         n_ctx: 256,
         n_ubatch: 64,

@@ -3,21 +3,18 @@
 //! `--load` says (streaming shows up as layer drops at exit) and, with `--verbose`, reports its
 //! peak RSS against the prediction.
 
+mod common;
+
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 const SNUG: &str = env!("CARGO_BIN_EXE_snug");
 const ALIAS: &str = "qwen2.5-coder-0.5b";
 
-fn model() -> PathBuf {
-    hub::resolve(ALIAS).unwrap_or_else(|e| panic!("{ALIAS} is needed: {e} (fetch it with `snug pull {ALIAS}`)"))
-}
-
 /// Runs one verb with `mem` flags (and `stdin` for chat); returns its stderr, failing on a
 /// non-zero exit.
 fn verb(verb: &str, mem: &[&str]) -> String {
-    let m = model();
+    let m = common::model(ALIAS);
     let mut cmd = Command::new(SNUG);
     cmd.arg(verb).arg(&m).args(["--ctx", "256", "--threads", "2"]).args(mem);
     match verb {

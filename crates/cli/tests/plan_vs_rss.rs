@@ -3,7 +3,9 @@
 //! --n-predict 16` with a prompt filling the context, for each real model at contexts 512 and
 //! 4096, KV f16. Prints the measured-vs-predicted table.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 const SNUG: &str = env!("CARGO_BIN_EXE_snug");
@@ -91,14 +93,7 @@ fn predicted(model: &Path, ctx: usize) -> u64 {
 }
 
 fn check(alias: &str, ctxs: &[usize]) -> Vec<String> {
-    let model: PathBuf = hub::model_path(alias);
-    if !model.exists() {
-        eprintln!(
-            "skipping {alias}: {} is missing; run `snug pull {alias}`",
-            model.display()
-        );
-        return vec![];
-    }
+    let model = common::model(alias);
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for &ctx in ctxs {
@@ -169,10 +164,7 @@ fn plan_is_within_5_percent_of_peak_rss_qwen15() {
 
 #[test]
 fn asking_for_more_than_fits_is_a_clear_error_not_an_oom_kill() {
-    let model = hub::model_path("qwen2.5-coder-0.5b");
-    if !model.exists() {
-        return;
-    }
+    let model = common::model("qwen2.5-coder-0.5b");
     let out = Command::new(SNUG)
         .arg("run")
         .arg(&model)

@@ -7,6 +7,8 @@
 //! Needs root and the cgroup-v1 memory controller at /sys/fs/cgroup/memory; without them the
 //! test fails saying so.
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,10 +20,6 @@ const ALIAS: &str = "qwen2.5-coder-0.5b";
 const CGROUP_V1: &str = "/sys/fs/cgroup/memory";
 const N_PREDICT: usize = 64;
 const PROMPT: &str = "Write a story about a lighthouse keeper.";
-
-fn model() -> PathBuf {
-    hub::resolve(ALIAS).unwrap_or_else(|e| panic!("{ALIAS} is needed: {e} (fetch it with `snug pull {ALIAS}`)"))
-}
 
 /// The same flags for both runs: greedy, a fixed context and KV precision (so the budget cannot
 /// change what is computed), every token generated.
@@ -166,7 +164,7 @@ impl Drop for ColdCopy {
 
 #[test]
 fn lowering_the_cgroup_limit_under_a_running_generation_streams_layers_and_finishes() {
-    let model = model();
+    let model = common::model(ALIAS);
     let args = run_args(&model);
     let t0 = Instant::now();
 

@@ -2,21 +2,41 @@
 # Runs `snug run` inside a fresh cgroup-v1 memory limit and prints decode speed, peak usage and
 # whether the OOM killer struck. Needs root and cgroup v1 (/sys/fs/cgroup/memory).
 #   cgroup_run.sh SNUG MODEL LIMIT(e.g. 3G) cold|warm [extra snug run flags...]
+# N=16 generates 16 tokens instead of 64. LOWER=2G@30 lowers the limit to 2G 30 s after the
+# start (memory pressure under a running generation) and reports the peak usage after that.
 set -uo pipefail
 snug=$1; model=$2; limit=$3; cache=$4; shift 4
 cg=/sys/fs/cgroup/memory/snug-bench-$$
 mkdir -p "$cg"
+trap 'rmdir "$cg" 2>/dev/null || true' EXIT
 echo "$limit" > "$cg/memory.limit_in_bytes"
-[ "$cache" = cold ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# Cold: drop this model file's page cache only (not the whole machine's: others may be
+# measuring); pages another process maps stay.
+file=$model; [ -f "$file" ] || file=${SNUG_HOME:-$HOME/.cache/snug}/models/$model.gguf
+[ "$cache" = cold ] && dd if="$file" iflag=nocache count=0 status=none
 err=$(mktemp)
 start=$(date +%s.%N)
-( echo $BASHPID > "$cg/cgroup.procs"; exec "$snug" run "$model" --ctx 4096 -n 64 --ignore-eos --temp 0 "$@" \
-    "Write a long story about a lighthouse keeper who counts every byte of memory." ) >/dev/null 2>"$err"
-rc=$?
+( echo $BASHPID > "$cg/cgroup.procs"; exec "$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" \
+    "Write a long story about a lighthouse keeper who counts every byte of memory." ) >/dev/null 2>"$err" &
+pid=$!
+lowered=""
+if [ -n "${LOWER:-}" ]; then
+    to=${LOWER%@*}; after=${LOWER#*@}
+    sleep "$after"
+    if kill -0 $pid 2>/dev/null; then
+        before=$(cat "$cg/memory.usage_in_bytes")
+        if echo "$to" > "$cg/memory.limit_in_bytes"; then
+            echo 0 > "$cg/memory.max_usage_in_bytes"
+            lowered="lowered to $to at ${after}s (usage then $((before / 1048576))MiB)"
+        else
+            lowered="lowering to $to at ${after}s failed"
+        fi
+    fi
+fi
+wait $pid; rc=$?
 end=$(date +%s.%N)
 peak=$(cat "$cg/memory.max_usage_in_bytes")
 oom=$(grep -o 'oom_kill [0-9]*' "$cg/memory.oom_control" 2>/dev/null || echo "oom_kill ?")
-echo "limit=$limit cache=$cache rc=$rc wall=$(echo "$end - $start" | bc)s peak_cgroup=$((peak / 1048576))MiB $oom"
+echo "limit=$limit cache=$cache rc=$rc wall=$(echo "$end - $start" | bc)s peak_cgroup=$((peak / 1048576))MiB${lowered:+ ($lowered; peak is since then)} $oom"
 grep -E '^snug:|tok/s|error' "$err"
 rm -f "$err"
-rmdir "$cg" 2>/dev/null || true

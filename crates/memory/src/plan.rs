@@ -314,7 +314,9 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
 /// Activation arena of `model::Context` for `n_ubatch` tokens (the `Scratch` formulas) plus the
 /// per-thread attention rows and the engine's per-token batch arrays.
 pub fn arena_bytes(s: &Shape, r: &Request) -> u64 {
-    let ub = r.n_ubatch.max(1) as u64;
+    // Rows past the longest micro-batch the job can compute are reserved, never touched: a job
+    // filling `n_kv` positions never computes more than `n_kv` tokens at once.
+    let ub = r.n_ubatch.clamp(1, r.n_kv.max(1)) as u64;
     let (d, qd, kvd, ff) = (
         s.n_embd as u64,
         s.q_dim() as u64,

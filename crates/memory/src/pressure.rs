@@ -177,7 +177,11 @@ pub struct Governor {
     source: BudgetSource,
     /// The budget found at start (the limit for `--ram`).
     budget: u64,
+    /// Positions the KV cache may reach now.
     n_kv: AtomicUsize,
+    /// Most positions any [`Governor::fit_kv`] asked for: activation rows a long prompt touched
+    /// stay resident after the cache shrinks (`/reset`), so fits never go below it.
+    n_kv_seen: AtomicUsize,
     /// The "nothing left to give back" line was printed.
     exhausted: AtomicBool,
 }
@@ -191,6 +195,7 @@ impl Governor {
             source: budget.source.clone(),
             budget: budget.bytes,
             n_kv: AtomicUsize::new(n_kv),
+            n_kv_seen: AtomicUsize::new(0),
             exhausted: AtomicBool::new(false),
         }
     }
@@ -206,6 +211,7 @@ impl Governor {
     /// The KV cache is about to hold up to `n_kv` positions: pin as many layers as that leaves
     /// room for (more while the cache is short, fewer as it grows). A line when that changed.
     pub fn fit_kv(&self, n_kv: usize) -> Option<String> {
+        let n_kv = self.n_kv_seen.fetch_max(n_kv, Ordering::Relaxed).max(n_kv);
         self.n_kv.store(n_kv, Ordering::Relaxed);
         let target = self.fit.target(self.limit_now(), n_kv);
         let (was, now) = self.streamer.set_pinned(target);
