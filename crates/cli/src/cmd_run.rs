@@ -70,7 +70,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     })?;
     let _ = writeln!(out);
     eprintln!(
-        "prompt {} tok, {:.1} tok/s | generated {} tok, {:.1} tok/s | stop: {:?}",
+        "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s | stop: {:?}",
         stats.n_prompt,
         stats.prompt_tok_s(),
         stats.n_gen,

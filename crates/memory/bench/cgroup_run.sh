@@ -2,7 +2,10 @@
 # Runs `snug run` inside a fresh cgroup-v1 memory limit and prints decode speed, peak usage and
 # whether the OOM killer struck. Needs root and cgroup v1 (/sys/fs/cgroup/memory).
 #   cgroup_run.sh SNUG MODEL LIMIT(e.g. 3G) cold|warm [extra snug run flags...]
-# N=16 generates 16 tokens instead of 64. LOWER=2G@30 lowers the limit to 2G 30 s after the
+# With llama.cpp's `llama-completion` binary in place of SNUG (MODEL then a .gguf path), the same
+# job runs in llama.cpp: context 4096, 2 threads, greedy, same prompt and token count; extra
+# flags go to it (e.g. `--no-repack`).
+# N=16 generates 16 tokens instead of 64; PROMPT_FILE=F reads the prompt from F. LOWER=2G@30 lowers the limit to 2G 30 s after the
 # start (memory pressure under a running generation) and reports the peak usage after that.
 set -uo pipefail
 snug=$1; model=$2; limit=$3; cache=$4; shift 4
@@ -16,8 +19,18 @@ file=$model; [ -f "$file" ] || file=${SNUG_HOME:-$HOME/.cache/snug}/models/$mode
 [ "$cache" = cold ] && dd if="$file" iflag=nocache count=0 status=none
 err=$(mktemp)
 start=$(date +%s.%N)
-( echo $BASHPID > "$cg/cgroup.procs"; exec "$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" \
-    "Write a long story about a lighthouse keeper who counts every byte of memory." ) >/dev/null 2>"$err" &
+if [ -n "${PROMPT_FILE:-}" ]; then
+    llama_prompt=(-f "$PROMPT_FILE"); snug_prompt=(--prompt-file "$PROMPT_FILE")
+else
+    prompt="Write a long story about a lighthouse keeper who counts every byte of memory."
+    llama_prompt=(-p "$prompt"); snug_prompt=("$prompt")
+fi
+if [ "$(basename "$snug")" = llama-completion ]; then
+    cmd=("$snug" -m "$file" -c 4096 -n "${N:-64}" -t 2 --temp 0 --ignore-eos -no-cnv --no-warmup "${llama_prompt[@]}" "$@")
+else
+    cmd=("$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" "${snug_prompt[@]}")
+fi
+( echo $BASHPID > "$cg/cgroup.procs"; exec "${cmd[@]}" ) >/dev/null 2>"$err" </dev/null &
 pid=$!
 lowered=""
 if [ -n "${LOWER:-}" ]; then
@@ -38,5 +51,5 @@ end=$(date +%s.%N)
 peak=$(cat "$cg/memory.max_usage_in_bytes")
 oom=$(grep -o 'oom_kill [0-9]*' "$cg/memory.oom_control" 2>/dev/null || echo "oom_kill ?")
 echo "limit=$limit cache=$cache rc=$rc wall=$(echo "$end - $start" | bc)s peak_cgroup=$((peak / 1048576))MiB${lowered:+ ($lowered; peak is since then)} $oom"
-grep -E '^snug:|tok/s|error' "$err"
+grep -E '^snug:|tok/s|error|eval time|load time' "$err"
 rm -f "$err"
