@@ -17,10 +17,8 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::Command;
-
-const SNUG: &str = env!("CARGO_BIN_EXE_snug");
 
 /// llama-perplexity, f16 KV, flash attention off (BASELINES.md).
 const LLAMA_PPL: f64 = 12.035;
@@ -31,19 +29,10 @@ fn f16_perplexity_agrees_with_llama_perplexity_within_1_percent_gemma3() {
     let model = common::model("gemma3-270m");
     let corpus =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/refdata/corpus_dev.txt");
-    let out = Command::new(SNUG)
-        .arg("perplexity")
-        .arg(&model)
-        .arg(&corpus)
-        .args(["--ctx", "512", "--chunks", "40", "--kv", "f16", "--threads", "2", "--json"])
-        .output()
-        .expect("snug runs");
-    assert!(
-        out.status.success(),
-        "snug perplexity failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let mut args = vec![OsStr::new("perplexity"), model.as_os_str(), corpus.as_os_str()];
+    let flags = ["--ctx", "512", "--chunks", "40", "--kv", "f16", "--threads", "2", "--json"];
+    args.extend(flags.iter().map(OsStr::new));
+    let j = common::snug_json(&args);
     let ppl = j["ppl"].as_f64().expect("ppl");
     let stderr = j["ppl_stderr"].as_f64().expect("ppl_stderr");
     let rel = ppl / LLAMA_PPL - 1.0;

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
@@ -65,29 +66,11 @@ fn run_measured(cmd: &mut Command) -> (bool, String, u64) {
 }
 
 fn predicted(model: &Path, ctx: usize) -> u64 {
-    let out = Command::new(SNUG)
-        .args(["plan"])
-        .arg(model)
-        .args([
-            "--ctx",
-            &ctx.to_string(),
-            "--kv",
-            "f16",
-            "--load",
-            "mmap",
-            "--threads",
-            "2",
-            "--json",
-        ])
-        .output()
-        .expect("snug plan runs");
-    assert!(
-        out.status.success(),
-        "snug plan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
-    v["predicted_peak_rss_bytes"]
+    let ctx = ctx.to_string();
+    let args = ["--ctx", &ctx, "--kv", "f16", "--load", "mmap", "--threads", "2", "--json"];
+    let mut all = vec![OsStr::new("plan"), model.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    common::snug_json(&all)["predicted_peak_rss_bytes"]
         .as_u64()
         .expect("predicted_peak_rss_bytes")
 }
