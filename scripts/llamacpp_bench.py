@@ -19,6 +19,8 @@ import time
 import llama_cpp
 from llama_cpp import Llama
 
+from llamacpp_util import disable_repack
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -43,16 +45,7 @@ def main() -> int:
         logits_all=False,
     )
     if args.no_repack:
-        # The high-level constructor has no switch for it: wrap the default-params call.
-        default_params = llama_cpp.llama_model_default_params
-
-        def no_repack_params():
-            params = default_params()
-            params.use_extra_bufts = False
-            return params
-
-        llama_cpp.llama_model_default_params = no_repack_params
-        llama_cpp.llama.llama_cpp.llama_model_default_params = no_repack_params
+        disable_repack()
     t0 = time.perf_counter()
     llm = Llama(**kwargs)
     load_s = time.perf_counter() - t0

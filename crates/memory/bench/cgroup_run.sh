@@ -2,9 +2,10 @@
 # Runs `snug run` inside a fresh cgroup-v1 memory limit and prints decode speed, peak usage and
 # whether the OOM killer struck. Needs root and cgroup v1 (/sys/fs/cgroup/memory).
 #   cgroup_run.sh SNUG MODEL LIMIT(e.g. 3G) cold|warm [extra snug run flags...]
-# With llama.cpp's `llama-completion` binary in place of SNUG (MODEL then a .gguf path), the same
-# job runs in llama.cpp: context 4096, 2 threads, greedy, same prompt and token count; extra
-# flags go to it (e.g. `--no-repack`).
+# With llama.cpp's `llama-completion` binary or scripts/llamacpp_generate.py (llama.cpp through
+# PyPI llama-cpp-python) in place of SNUG (MODEL then a .gguf path), the same job runs in
+# llama.cpp: context 4096, 2 threads, greedy, same prompt and token count; extra flags go to it
+# (e.g. `--no-repack`).
 # N=16 generates 16 tokens instead of 64; PROMPT_FILE=F reads the prompt from F. LOWER=2G@30 lowers the limit to 2G 30 s after the
 # start (memory pressure under a running generation) and reports the peak usage after that.
 set -uo pipefail
@@ -17,6 +18,9 @@ echo "$limit" > "$cg/memory.limit_in_bytes"
 # measuring); pages another process maps stay.
 file=$model; [ -f "$file" ] || file=${SNUG_HOME:-$HOME/.cache/snug}/models/$model.gguf
 [ "$cache" = cold ] && dd if="$file" iflag=nocache count=0 status=none
+# Warm: the whole file read into the page cache first, from outside the limit (a model used a
+# moment ago): its pages are charged to this script's cgroup, not the one under test.
+[ "$cache" = warm ] && cat "$file" >/dev/null
 err=$(mktemp)
 start=$(date +%s.%N)
 if [ -n "${PROMPT_FILE:-}" ]; then
@@ -25,7 +29,10 @@ else
     prompt="Write a long story about a lighthouse keeper who counts every byte of memory."
     llama_prompt=(-p "$prompt"); snug_prompt=("$prompt")
 fi
-if [ "$(basename "$snug")" = llama-completion ]; then
+if [ "${snug##*.}" = py ]; then
+    if [ -n "${PROMPT_FILE:-}" ]; then py_prompt=(--prompt-file "$PROMPT_FILE"); else py_prompt=(--prompt "$prompt"); fi
+    cmd=(python3 "$snug" "$file" --ctx 4096 -n "${N:-64}" --threads 2 "${py_prompt[@]}" "$@")
+elif [ "$(basename "$snug")" = llama-completion ]; then
     cmd=("$snug" -m "$file" -c 4096 -n "${N:-64}" -t 2 --temp 0 --ignore-eos -no-cnv --no-warmup "${llama_prompt[@]}" "$@")
 else
     cmd=("$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" "${snug_prompt[@]}")
