@@ -228,6 +228,7 @@ impl Governor {
     /// One look at the budget; acts on it and returns the line saying so, if anything was done.
     pub fn poll(&self) -> Option<String> {
         let r = read(&self.source, self.budget)?;
+        self.streamer.set_drop_cache(must_drop_cache(r, self.fit.reserve, self.streamer.biggest_layer()));
         let pinned = self.streamer.pinned();
         let n_kv = self.n_kv.load(Ordering::Relaxed);
         let seen = format!(
@@ -265,6 +266,20 @@ impl Governor {
         ))
     }
 }
+
+/// Whether streamed layers must also leave the page cache when dropped: when what is charged to
+/// us leaves less than the reserve plus room for [`CACHE_ROOM_LAYERS`] of the largest layer. A
+/// cold read of a streamed layer is charged to our cgroup, so the room shrinks and dropping starts
+/// before usage reaches the reserve (where layers would be demoted). A warm cache charged
+/// elsewhere, or usage measured as RSS (`--ram`, MemAvailable: unmapped cache is not counted and
+/// the kernel reclaims it), leaves the room wide and the cache alone.
+fn must_drop_cache(r: Reading, reserve: u64, biggest_layer: u64) -> bool {
+    r.free() < reserve + CACHE_ROOM_LAYERS * biggest_layer
+}
+
+/// Streamed layers whose cache may stay charged to us before dropping it starts: two in flight
+/// (computing, read ahead) and two polls' worth of cold reads (a layer takes ≥ 100 ms from disk).
+const CACHE_ROOM_LAYERS: u64 = 4;
 
 /// `layers 5..24 now stream` / `layers 5..9 now pinned` / `no layer moved`.
 fn moved(was: usize, now: usize) -> String {
@@ -333,6 +348,17 @@ mod tests {
             kv_windowed: false,
         };
         Fit::new(shape, facts, request, budget)
+    }
+
+    #[test]
+    fn streamed_layers_leave_the_page_cache_only_when_what_is_charged_to_us_nears_the_limit() {
+        let (reserve, layer) = (64 * MIB, 140 * MIB);
+        // Warm cache charged elsewhere: usage is our anonymous memory and pinned layers only.
+        assert!(!must_drop_cache(Reading { limit: 3 * GIB, usage: 209 * MIB }, reserve, layer));
+        // Cold streaming fills the cgroup with cache: drop before the reserve is reached.
+        let near = 3 * GIB - reserve - 4 * layer + MIB;
+        assert!(must_drop_cache(Reading { limit: 3 * GIB, usage: near }, reserve, layer));
+        assert!(must_drop_cache(Reading { limit: 3 * GIB, usage: 3 * GIB }, reserve, layer));
     }
 
     #[test]
