@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::plan::{self, fmt_bytes, ModelFacts, Request, Shape};
 use crate::probe::{self, Budget, BudgetSource};
-use crate::residency::Streamer;
+use crate::residency::{Release, Streamer};
 
 /// What one poll sees: the bytes this process may hold and what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +228,15 @@ impl Governor {
     /// One look at the budget; acts on it and returns the line saying so, if anything was done.
     pub fn poll(&self) -> Option<String> {
         let r = read(&self.source, self.budget)?;
-        self.streamer.set_drop_cache(must_drop_cache(r, self.fit.reserve, self.streamer.biggest_layer()));
+        let cgroup = matches!(self.source, BudgetSource::CgroupV1(_) | BudgetSource::CgroupV2(_));
+        self.streamer.set_release(
+            match (must_drop_cache(r, self.fit.reserve, self.streamer.biggest_layer()), cgroup) {
+                (true, _) => Release::UnmapAndUncache,
+                // Mapped pages count against a cgroup the same as unmapped cache.
+                (false, true) => Release::KeepMapped,
+                (false, false) => Release::Unmap,
+            },
+        );
         let pinned = self.streamer.pinned();
         let n_kv = self.n_kv.load(Ordering::Relaxed);
         let seen = format!(
