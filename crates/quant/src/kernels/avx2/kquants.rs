@@ -1,8 +1,10 @@
 //! AVX2 K-quant kernels against Q8_K (Q2_K..Q6_K, IQ4_XS), generic over the number of
 //! activation rows like the rest of the AVX2 path. Q4_K/Q5_K share one body (8 six-bit
 //! scales + mins, mins via the Q8_K block sums); Q2_K/Q3_K/Q6_K share another (16 scales, the
-//! value offset or mins folded in through the block sums). Cost: ~20–30 cycles per 256-value
-//! block for one row (llvm-mca, znver3), bounded by the two integer-multiply pipes in a tile.
+//! value offset or mins folded in through the block sums). Cost for one row: ~74 instructions
+//! and ~21 cycles per Q4_K block (llvm-mca, znver3), bounded by the four vector pipes (shuffles
+//! and shifts share two of them), so every vector op saved counts; in a tile, by the two
+//! integer-multiply pipes.
 
 //! # Safety
 //! Every `unsafe fn` here has one contract: the CPU has AVX2, FMA and F16C (plus whatever the
@@ -29,45 +31,93 @@ fn sub_blocks<const C: usize>(n: usize) -> usize {
     }
 }
 
-/// Shuffle that broadcasts i16 lane `i` of a 128-bit register into every i16 of both halves.
-#[inline(always)]
-unsafe fn bcast_i16(v: __m256i, i: usize) -> __m256i {
-    let lo = (2 * i) as i8;
-    _mm256_shuffle_epi8(
-        v,
-        _mm256_set1_epi16(i16::from_le_bytes([lo as u8, lo as u8 + 1])),
-    )
+/// `vpshufb` of `v` by the 32-byte control `ctrl`, as exactly one instruction with the control
+/// read from memory. Through the intrinsic LLVM rewrites a shuffle that splats one i16 into an
+/// extract plus `vpbroadcastw`, and a shuffle of a broadcast 128-bit load into a 128-bit shuffle
+/// plus `vpermq`: extra ops on the vector shuffle pipes, which bound a Q4_K block.
+///
+/// # Safety
+/// The CPU has AVX2 (the callers' contract).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn shuffle_mem(v: __m256i, ctrl: &Ctrl) -> __m256i {
+    let r: __m256i;
+    // SAFETY: AVX2 per the contract; the instruction reads only the 32 bytes of `ctrl`.
+    unsafe {
+        std::arch::asm!(
+            "vpshufb {r}, {v}, ymmword ptr [{c}]",
+            r = lateout(ymm_reg) r,
+            v = in(ymm_reg) v,
+            c = in(reg) ctrl.0.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+    r
 }
 
-/// Q4_K/Q5_K scales and mins as 16 × i16 (scales in lanes 0..8, mins in 8..16), unpacked from
+/// A `vpshufb` control (both 128-bit halves shuffle the same way; 0x80 writes a zero byte).
+#[repr(C, align(32))]
+struct Ctrl([u8; 32]);
+
+/// Both halves of a 256-bit control from one 16-byte pattern.
+const fn ctrl(half: [u8; 16]) -> Ctrl {
+    let mut c = [0; 32];
+    let mut k = 0;
+    while k < 32 {
+        c[k] = half[k % 16];
+        k += 1;
+    }
+    Ctrl(c)
+}
+
+/// `K4_SPLAT[s]`: byte `s` zero-extended into every i16 (one Q4_K/Q5_K scale per 32 values).
+static K4_SPLAT: [Ctrl; 8] = {
+    let z = 0x80;
+    let mut t = [const { Ctrl([0; 32]) }; 8];
+    let mut s = 0;
+    while s < 8 {
+        let b = s as u8;
+        t[s] = ctrl([b, z, b, z, b, z, b, z, b, z, b, z, b, z, b, z]);
+        s += 1;
+    }
+    t
+};
+
+/// Q4_K/Q5_K header shuffles: low bits and high bits (see [`k4_scales_mins`]), and the 8 mins
+/// (bytes 8..16) zero-extended to the 16 Q8_K bsum lanes (lane l = min l/2; the high half of
+/// the register takes lanes 8..16).
+static K4_LO: Ctrl = ctrl([0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11]);
+static K4_HI: Ctrl = {
+    let z = 0x80;
+    ctrl([z, z, z, z, 0, 1, 2, 3, z, z, z, z, 4, 5, 6, 7])
+};
+static K4_MINS16: Ctrl = {
+    let z = 0x80;
+    Ctrl([
+        8, z, 8, z, 9, z, 9, z, 10, z, 10, z, 11, z, 11, z, //
+        12, z, 12, z, 13, z, 13, z, 14, z, 14, z, 15, z, 15, z,
+    ])
+};
+
+/// Q4_K/Q5_K scales (bytes 0..8) and mins (bytes 8..16) in both 128-bit halves, unpacked from
 /// the 12 packed bytes at `s` with two byte shuffles instead of scalar bit-twiddling (the
-/// header was a third of the instructions of a block). Reads 16 bytes: the quants follow.
+/// header was a third of the instructions of a block). Kept as bytes: each use zero-extends
+/// what it needs in the one shuffle that places it. Reads 16 bytes: the quants follow.
 #[inline(always)]
 unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
-    let v = _mm_loadu_si128(s.cast());
+    let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(s.cast()));
     // Low bits: scale j<4 = s[j]&63, scale j≥4 = s[j+4]&15, min j<4 = s[j+4]&63,
     // min j≥4 = s[j+4]>>4.
-    let a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    let a = _mm_blend_epi32::<0b1000>(a, _mm_and_si128(_mm_srli_epi16::<4>(a), _mm_set1_epi8(15)));
-    let lo = _mm_and_si128(
-        a,
-        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15),
-    );
+    // One per-dword shift takes s[8..12] >> 4 into the fourth dword (the mask drops what
+    // crosses in from the next byte).
+    let a = shuffle_mem(v, &K4_LO);
+    let a = _mm256_srlv_epi32(a, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4));
+    let m = i64::from_le_bytes([63, 63, 63, 63, 15, 15, 15, 15]);
+    let lo = _mm256_and_si256(a, _mm256_set1_epi64x(m));
     // High two bits of the j≥4 entries: bits 6..7 of s[j-4] (scales) and s[j] (mins), to 4..5.
-    let b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    let hi = _mm_and_si128(_mm_srli_epi16::<2>(b), _mm_set1_epi8(0x30));
-    _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi))
-}
-
-/// The 8 mins (i16 lanes 8..16 of `sm`) spread to the 16 Q8_K bsum lanes: lane l = min l/2.
-#[inline(always)]
-unsafe fn k4_mins16(sm: __m256i) -> __m256i {
-    let m = _mm256_permute2x128_si256::<0x11>(sm, sm);
-    let ctrl = _mm256_setr_epi8(
-        0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, //
-        8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15,
-    );
-    _mm256_shuffle_epi8(m, ctrl)
+    let b = shuffle_mem(v, &K4_HI);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<2>(b), _mm256_set1_epi8(0x30));
+    _mm256_or_si256(lo, hi)
 }
 
 /// End of one K-quant block for each activation row c (Q8_K block at `y0 + c·xs`):
@@ -153,13 +203,13 @@ pub(crate) unsafe fn dot_k4<W: K4Like, const C: usize>(
         let y0 = xp.add(292 * i);
         let (d, dmin) = f16x2_at(b);
         let sm = k4_scales_mins(b.add(4));
-        let sc = _mm256_permute2x128_si256::<0x00>(sm, sm);
         let mut sumi = [_mm256_setzero_si256(); C];
         // An opaque trip count keeps LLVM from unrolling and interleaving the sub-blocks, which
         // needs more than 16 registers with an 8-row tile and spills (measured with llvm-mca).
         for j in 0..sub_blocks::<C>(4) {
             let (ql, qh) = W::pair(b, j);
-            let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
+            let sl = shuffle_mem(sm, &K4_SPLAT[(2 * j) % 8]);
+            let sh = shuffle_mem(sm, &K4_SPLAT[(2 * j + 1) % 8]);
             for c in 0..C {
                 let y = y0.add(c * xs + 4 + 64 * j);
                 let pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(ql, load(y)));
@@ -168,7 +218,7 @@ pub(crate) unsafe fn dot_k4<W: K4Like, const C: usize>(
             }
         }
         // Min term Σ_k bsums[k] · min[k/2], kept in 8 lanes until the end.
-        let mins16 = k4_mins16(sm);
+        let mins16 = shuffle_mem(sm, &K4_MINS16);
         block_epilogue(&mut acc, &sumi, y0, xs, d, dmin, mins16);
     }
     hsum_all(&acc, [0.0; C])
@@ -179,6 +229,9 @@ pub(crate) unsafe fn dot_k4<W: K4Like, const C: usize>(
 /// `dot = d·yd·Σ scale·u·q8 − bias_mul·yd·Σ_k bias_k·bsum_k`.
 pub(crate) trait K16Like {
     const BYTES: usize;
+    /// `Some(k)` when `bias_mul = 2^k · d` (a fixed value offset, not a float min): the bias
+    /// term then comes off the integer sum before the one conversion.
+    const BIAS_SHIFT: Option<i32> = None;
     /// (d, bias_mul, scales as 16 × i16, bias as 16 × i16) of the block at `b`.
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i);
     /// Unsigned values 128h + 32k .. +32 of the block at `b`.
@@ -222,6 +275,7 @@ impl K16Like for Q2KW {
 
 impl K16Like for Q3KW {
     const BYTES: usize = 110;
+    const BIAS_SHIFT: Option<i32> = Some(2);
     #[inline(always)]
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
         let s = crate::kernels::scalar::scales_q3_k(std::slice::from_raw_parts(b.add(96), 12));
@@ -242,6 +296,7 @@ impl K16Like for Q3KW {
 
 impl K16Like for Q6KW {
     const BYTES: usize = 210;
+    const BIAS_SHIFT: Option<i32> = Some(5);
     #[inline(always)]
     unsafe fn header(b: *const u8) -> (f32, f32, __m256i, __m256i) {
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
@@ -290,7 +345,19 @@ pub(crate) unsafe fn dot_k16<W: K16Like, const C: usize>(
                 }
             }
         }
-        block_epilogue(&mut acc, &sumi, y0, xs, d, bias_mul, bias16);
+        if let Some(k) = W::BIAS_SHIFT {
+            // |Σ scale·u·q8| < 256·63·127·127 and the shifted bias < 2^28: no i32 overflow.
+            let dv = _mm256_set1_ps(d);
+            for c in 0..C {
+                let y = y0.add(c * xs);
+                let bias = _mm256_madd_epi16(bias16, load(y.add(260)));
+                let bias = _mm256_sll_epi32(bias, _mm_cvtsi32_si128(k));
+                let t = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[c], bias)));
+                acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*y.cast::<f32>()), t, acc[c]);
+            }
+        } else {
+            block_epilogue(&mut acc, &sumi, y0, xs, d, bias_mul, bias16);
+        }
     }
     hsum_all(&acc, [0.0; C])
 }
