@@ -109,14 +109,15 @@ unsafe fn hsum_all<const C: usize>(acc: &[__m256; C], extra: [f32; C]) -> [f32; 
 /// 16 nibbles at `p` → 32 bytes: low nibbles in bytes 0..16, high nibbles in bytes 16..32.
 #[inline(always)]
 unsafe fn nibbles_32(p: *const u8) -> __m256i {
-    let t = _mm_loadu_si128(p.cast());
-    let b = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    // Broadcast load (no vector op) and one per-half shift, not shift + `vinserti128`.
+    let t = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+    let b = _mm256_srlv_epi32(t, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     _mm256_and_si256(b, _mm256_set1_epi8(0xF))
 }
 
-/// The 32 bits of the u32 at `p` → 32 bytes, 0xFF where the bit is set.
+/// The u32 at `p` → 32 bytes: byte j is byte j/8 of it (the byte that holds bit j).
 #[inline(always)]
-unsafe fn bits_32(p: *const u8) -> __m256i {
+unsafe fn spread_bits_32(p: *const u8) -> __m256i {
     let x = p.cast::<u32>().read_unaligned() as i32;
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,
@@ -124,9 +125,25 @@ unsafe fn bits_32(p: *const u8) -> __m256i {
         0x0101010101010101,
         0x0000000000000000,
     );
-    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
-    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf)
+}
+
+/// The 32 bits of the u32 at `p` → 32 bytes, 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bits_32(p: *const u8) -> __m256i {
+    let bytes = _mm256_or_si256(spread_bits_32(p), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
     _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// The 32 bits of the u32 at `p` → 32 bytes, 0xFF where the bit is clear (byte j tests bit
+/// j against a one-bit mask: one op fewer than [`bits_32`] and its complement).
+#[inline(always)]
+unsafe fn clear_bits_32(p: *const u8) -> __m256i {
+    let bit = _mm256_and_si256(
+        spread_bits_32(p),
+        _mm256_set1_epi64x(0x8040201008040201u64 as i64),
+    );
+    _mm256_cmpeq_epi8(bit, _mm256_setzero_si256())
 }
 
 /// `acc` + Σ of each 4 adjacent u8 × i8 products (one `vpdpbusd` with VNNI, else
@@ -381,7 +398,7 @@ impl LegacySigned for Q5_0W {
     #[inline(always)]
     unsafe fn decode(b: *const u8) -> (f32, __m256i) {
         // Bit clear → value - 16: OR 0xF0 into the nibble gives the two's-complement byte.
-        let hi = _mm256_andnot_si256(bits_32(b.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        let hi = _mm256_and_si256(clear_bits_32(b.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
         (f16_at(b), _mm256_or_si256(nibbles_32(b.add(6)), hi))
     }
 }
