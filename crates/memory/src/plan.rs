@@ -326,7 +326,12 @@ pub fn arena_bytes(s: &Shape, r: &Request) -> u64 {
     let f32s = ub * (2 * d + 2 * qd + 2 * kvd + 2 * ff) + d;
     let qbuf = ub * ff.max(d) * 2;
     let group = (s.n_head / s.n_head_kv.max(1)) as u64;
-    let attn = r.n_threads.max(1) as u64 * (group * r.n_ctx as u64 + s.head_dim as u64) * 4;
+    // model::attention::scratch_floats: per thread a 32-token key and value tile, 2 × head_dim
+    // channel scales, and 8 tokens × group rows of (32 scores, max, sum, output row); plus
+    // 4 split-K partials per thread of group × (head_dim + 2).
+    let (hd, nth) = (s.head_dim as u64, r.n_threads.max(1) as u64);
+    let per_thread = 64 * hd + 2 * hd + 8 * group * (32 + 2 + hd);
+    let attn = (nth * per_thread + 4 * nth * group * (hd + 2)) * 4;
     // Prompt ids, batch (token, pos, seq, flag), sampler candidates ([n_vocab] id + logit + prob).
     let engine = r.n_ctx as u64 * (4 + 4 + 8 + 8 + 1) + s.n_vocab as u64 * 16;
     f32s * 4 + qbuf + attn + engine

@@ -11,9 +11,9 @@ use quant::kernels::{matmul, MatRef};
 use quant::threads::ThreadPool;
 
 use crate::config::ModelConfig;
-use crate::kv::{kernels, key_scratch_floats, KvCache, KvType, SeqId};
+use crate::attention::{attention, scratch_floats};
+use crate::kv::{KvCache, KvType, SeqId};
 use crate::ops::{self, RopeTable};
-use crate::par::for_each_chunk_mut;
 use crate::weights::Mat;
 use crate::{Model, ModelError};
 
@@ -101,8 +101,8 @@ struct Scratch {
     /// quantized activations for matmul
     qbuf: Vec<u8>,
     rope: RopeTable,
-    /// per thread: [group][max_keys] attention scores + [head_dim] f32 key/value row +
-    /// [group][head_dim] rotated queries
+    /// attention scratch: per thread a key and a value block tile and the rows' online-softmax
+    /// state, plus split-K partials (`attention::scratch_floats`)
     attn_tmp: Vec<f32>,
 }
 
@@ -140,7 +140,7 @@ impl Context {
         };
         let kv = KvCache::new(c, &params);
         let mut s = s;
-        s.attn_tmp = vec![0.0; nth * attn_tmp_stride(c, &kv)];
+        s.attn_tmp = vec![0.0; scratch_floats(c, nth)];
         let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
         Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params, observer: Default::default() }
     }
@@ -329,78 +329,4 @@ fn mm_shared_input(pool: &ThreadPool, file: &[u8], ws: &[&Mat], x: &[f32], m: us
 fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
     let mr = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
     matmul(pool, mr, x, m, y, qbuf).map_err(|e| ModelError::Kernel(e.to_string()))
-}
-
-/// Floats of per-thread attention scratch: scores `[group][max_keys]`, one f32 key/value head
-/// (plus per-channel key scales and mins).
-fn attn_tmp_stride(c: &ModelConfig, kv: &KvCache) -> usize {
-    let group = c.n_head / c.n_head_kv;
-    group * kv.max_keys() + key_scratch_floats(c.head_dim).max(c.head_dim_v)
-}
-
-/// Causal attention of `n` batch tokens against their sequences' cached keys/values, over the
-/// layer's window (sink positions + the last `window`). Work items are (token, KV head) pairs:
-/// the `group` query heads sharing a KV head are handled together, so each cached key/value head
-/// is dequantized (f16/q8/q4 → f32, into a per-thread buffer of `head_dim` floats; per-channel
-/// key scales once per block) once per item, never the whole cache. With rotated values the
-/// output is rotated back.
-/// `q`: [n][n_head × head_dim] (already roped), `out`: same.
-#[allow(clippy::too_many_arguments)]
-fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
-    let (hd, hdv) = (c.head_dim, c.head_dim_v);
-    let group = c.n_head / c.n_head_kv;
-    let lw = kv.layer_window(il);
-    let max_keys = kv.max_keys();
-    let tmp_stride = attn_tmp_stride(c, kv);
-    let (vt, rot_v) = (kv.v_type, kv.rotate_v());
-    let kern = kernels();
-    assert!(tmp.len() >= pool.n_threads() * tmp_stride);
-    debug_assert_eq!(out.len(), n * c.q_dim());
-    let tmp_base = tmp.as_mut_ptr() as usize;
-    for_each_chunk_mut(pool, out, group * hdv, |ith, item, o| {
-        let (t, kvh) = (item / c.n_head_kv, item % c.n_head_kv);
-        let (seq, pos) = (batch.seq[b0 + t], batch.pos[b0 + t]);
-        o.fill(0.0);
-        let Some(view) = kv.layer(seq, il) else { return };
-        let (sinks, recent) = lw.ranges(pos);
-        let n_keys = sinks.len() + recent.clone().count();
-        debug_assert!(n_keys <= max_keys);
-        let q0 = t * c.q_dim() + kvh * group * hd;
-        // SAFETY: `tmp` holds n_threads rows of `tmp_stride` floats (asserted above); row `ith`
-        // is used only by thread `ith`, one item at a time, and `tmp` is not otherwise touched.
-        let row = unsafe { std::slice::from_raw_parts_mut((tmp_base as *mut f32).add(ith * tmp_stride), tmp_stride) };
-        let (scores, krow) = row.split_at_mut(group * max_keys);
-        let qg = &q[q0..q0 + group * hd];
-        // scores: [group][n_keys]; a position not held (never written) scores -inf.
-        let n_sinks = sinks.len();
-        view.key_scores(kvh, sinks.clone(), qg, scores, n_keys, krow);
-        view.key_scores(kvh, *recent.start()..pos + 1, qg, &mut scores[n_sinks..], n_keys, krow);
-        for g in 0..group {
-            let sg = &mut scores[g * n_keys..(g + 1) * n_keys];
-            for sc in sg.iter_mut().filter(|sc| sc.is_finite()) {
-                *sc *= c.attn_scale;
-                if let Some(cap) = c.attn_softcap {
-                    *sc = cap * (*sc / cap).tanh();
-                }
-            }
-            let max = sg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for sc in sg.iter_mut() {
-                *sc = (*sc - max).exp();
-                sum += *sc;
-            }
-            let inv = 1.0 / sum;
-            sg.iter_mut().for_each(|sc| *sc *= inv);
-        }
-        for (jj, j) in sinks.chain(recent).enumerate() {
-            let Some(vb) = view.value(j, kvh) else { continue };
-            kern.dequant(vt, vb, &mut krow[..hdv]);
-            for g in 0..group {
-                (kern.axpy)(&mut o[g * hdv..(g + 1) * hdv], scores[g * n_keys + jj], &krow[..hdv]);
-            }
-        }
-        if rot_v {
-            o.chunks_mut(hdv).for_each(crate::kv::format::hadamard);
-        }
-    });
 }

@@ -2,6 +2,7 @@
 //! forward pass for llama, qwen2, gemma2, gemma3 and phi3.
 
 pub mod arch;
+pub mod attention;
 pub mod config;
 pub mod eval;
 pub mod forward;

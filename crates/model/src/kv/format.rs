@@ -263,6 +263,8 @@ pub struct Kernels {
     pub dequant_key_q8: DequantKeyRow,
     /// As `dequant_key_q8` for q4: `ceil(d/2)` nibble bytes.
     pub dequant_key_q4: DequantKeyRow,
+    /// f16 → f32 (`dst.len()` values; `src` at least as long).
+    pub f16_to_f32: fn(&[f16], &mut [f32]),
 }
 
 impl Kernels {
@@ -285,6 +287,7 @@ pub static GENERIC: Kernels = Kernels {
     dequant_q4: dequant_q4_generic,
     dequant_key_q8: dequant_key_q8_generic,
     dequant_key_q4: dequant_key_q4_generic,
+    f16_to_f32: f16_to_f32_generic,
 };
 
 /// The fastest kernel set this CPU runs.
@@ -312,7 +315,7 @@ pub fn dequant_f16(src: &[u8], dst: &mut [f32]) {
     // SAFETY: `src` holds at least `n` f16 values (checked above) at a 2-byte aligned address;
     // every bit pattern is a valid f16.
     let h = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, n) };
-    h.convert_to_f32_slice(dst);
+    (kernels().f16_to_f32)(h, dst);
 }
 
 #[inline(always)]
@@ -406,6 +409,10 @@ fn dequant_key_q4_impl(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f3
     }
 }
 
+fn f16_to_f32_generic(src: &[f16], dst: &mut [f32]) {
+    let n = dst.len();
+    src[..n].convert_to_f32_slice(dst);
+}
 fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
     dot_impl(a, b)
 }
@@ -438,7 +445,29 @@ mod avx2 {
         dequant_q4,
         dequant_key_q8,
         dequant_key_q4,
+        f16_to_f32,
     };
+
+    /// 8 values per F16C conversion, inline (the `half` crate converts 8 per call).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f16_to_f32_tf(src: &[f16], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = dst.len();
+        assert!(src.len() >= n);
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i+8 are inside `src` and `dst` (n ≤ both lengths).
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = src[j].to_f32();
+        }
+    }
+    fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
+        unsafe { f16_to_f32_tf(src, dst) }
+    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_tf(a: &[f32], b: &[f32]) -> f32 {
@@ -465,7 +494,7 @@ mod avx2 {
         dequant_key_q4_impl(nibbles, scale, min, dst)
     }
 
-    // SAFETY (all six): `KERNELS` is only handed out by `kernels()` after
+    // SAFETY (all seven): `KERNELS` is only handed out by `kernels()` after
     // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU.
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         unsafe { dot_tf(a, b) }
@@ -555,6 +584,11 @@ mod tests {
                 k.dequant(ty, &bytes, &mut o1);
                 assert_eq!(o0, o1, "{ty} n={n}");
             }
+            let h: Vec<f16> = a.iter().map(|&v| f16::from_f32(v * 100.0)).collect();
+            let (mut o0, mut o1) = (vec![0.0; n], vec![0.0; n]);
+            f16_to_f32_generic(&h, &mut o0);
+            (k.f16_to_f32)(&h, &mut o1);
+            assert_eq!(o0, o1, "f16 n={n}");
             let (scale, min): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (r().abs(), r())).unzip();
             let codes: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
             for (name, generic, simd) in [

@@ -385,6 +385,7 @@ impl KvCache {
             table: &s.tables[il],
             block_bytes: self.pool.block_bytes(),
             k_type: self.k_type,
+            v_type: self.v_type,
             n_head_kv: self.n_head_kv,
             head_dim: self.head_dim,
             k_row: self.k_row,

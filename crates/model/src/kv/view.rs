@@ -5,7 +5,6 @@
 use std::ops::Range;
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use super::format::{dequant_f16, kernels, key_block_row, KvType};
 use super::pool::{BlockId, NO_BLOCK};
@@ -17,6 +16,7 @@ pub struct LayerView<'a> {
     pub(super) table: &'a [BlockId],
     pub(super) block_bytes: usize,
     pub(super) k_type: KvType,
+    pub(super) v_type: KvType,
     pub(super) n_head_kv: usize,
     pub(super) head_dim: usize,
     /// Bytes of one token's keys / values (all heads); `BLOCK_TOKENS × k_row` key bytes start a
@@ -112,7 +112,7 @@ impl<'a> LayerView<'a> {
             }
             KeyBlock::Staged(st) => {
                 let at = (slot * self.n_head_kv + h) * d;
-                st[at..at + d].convert_to_f32_slice(row);
+                (kernels().f16_to_f32)(&st[at..at + d], row);
             }
         }
         true
@@ -153,6 +153,34 @@ impl<'a> LayerView<'a> {
             }
             p = end;
         }
+    }
+
+    /// Key head `h` of the 32 positions of block `b` as f32 `[BLOCK_TOKENS][head_dim]` into
+    /// `tile`; false if the block is not held. `chan`: scratch of `2 × head_dim` floats.
+    pub fn key_tile(&self, h: usize, b: usize, tile: &mut [f32], chan: &mut [f32]) -> bool {
+        let d = self.head_dim;
+        let src = self.key_block(b);
+        if let KeyBlock::Missing = src {
+            return false;
+        }
+        self.load_channels(src, h, chan);
+        for (slot, row) in tile[..BLOCK_TOKENS * d].chunks_exact_mut(d).enumerate() {
+            self.key_into(src, h, slot, row, chan);
+        }
+        true
+    }
+
+    /// Value head `h` of the 32 positions of block `b` as f32 `[BLOCK_TOKENS][dv]` into `tile`
+    /// (`dv`: head_dim_v); false if the block is not held.
+    pub fn value_tile(&self, h: usize, b: usize, tile: &mut [f32], dv: usize) -> bool {
+        let Some(at) = self.block(b) else { return false };
+        let base = at + BLOCK_TOKENS * self.k_row + h * self.v_head;
+        let k = kernels();
+        for (slot, row) in tile[..BLOCK_TOKENS * dv].chunks_exact_mut(dv).enumerate() {
+            let at = base + slot * self.v_row;
+            k.dequant(self.v_type, &self.bytes[at..at + self.v_head], row);
+        }
+        true
     }
 
     /// Key head `h` at `pos` as f32, or `None` if not held. Allocates; for tests and inspection.
