@@ -48,24 +48,23 @@ def main() -> int:
               file=sys.stderr)
         return 1
 
+    # One batch for the whole run (512 is the most a call submits): nothing is allocated per token.
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+
     def decode(tokens, pos):
         """Decodes `tokens` at positions pos.. with logits for the last one only."""
         for start in range(0, len(tokens), 512):
             part = tokens[start:start + 512]
-            batch = llama_cpp.llama_batch_init(len(part), 0, 1)
-            try:
-                for i, t in enumerate(part):
-                    batch.token[i] = t
-                    batch.pos[i] = pos + start + i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = 0
-                    batch.logits[i] = start + i == len(tokens) - 1
-                batch.n_tokens = len(part)
-                rc = llama_cpp.llama_decode(ctx, batch)
-                if rc != 0:
-                    raise RuntimeError(f"llama_decode returned {rc}")
-            finally:
-                llama_cpp.llama_batch_free(batch)
+            for i, t in enumerate(part):
+                batch.token[i] = t
+                batch.pos[i] = pos + start + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = start + i == len(tokens) - 1
+            batch.n_tokens = len(part)
+            rc = llama_cpp.llama_decode(ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
 
     def argmax() -> int:
         logits = llama_cpp.llama_get_logits_ith(ctx, -1)
@@ -81,6 +80,7 @@ def main() -> int:
         tok = argmax()
         out.append(tok)
     t3 = time.perf_counter()
+    llama_cpp.llama_batch_free(batch)
     sys.stdout.write(llm.detokenize(out).decode(errors="replace") + "\n")
     # As snug counts: the first generated token comes with the prompt; decode speed is the rest.
     print(f"load {load_s:.1f} s | prompt {len(prompt)} tok, {len(prompt) / (t2 - t1):.1f} tok/s | "

@@ -2,8 +2,7 @@
 # Runs `snug run` inside a fresh cgroup-v1 memory limit and prints decode speed, peak usage and
 # whether the OOM killer struck. Needs root and cgroup v1 (/sys/fs/cgroup/memory).
 #   cgroup_run.sh SNUG MODEL LIMIT(e.g. 3G) cold|warm [extra snug run flags...]
-# With llama.cpp's `llama-completion` binary or scripts/llamacpp_generate.py (llama.cpp through
-# PyPI llama-cpp-python) in place of SNUG (MODEL then a .gguf path), the same job runs in
+# With scripts/llamacpp_generate.py (llama.cpp through PyPI llama-cpp-python) in place of SNUG (MODEL then a .gguf path), the same job runs in
 # llama.cpp: context 4096, 2 threads, greedy, same prompt and token count; extra flags go to it
 # (e.g. `--no-repack`).
 # N=16 generates 16 tokens instead of 64; PROMPT_FILE=F reads the prompt from F. LOWER=2G@30 lowers the limit to 2G 30 s after the
@@ -23,17 +22,14 @@ file=$model; [ -f "$file" ] || file=${SNUG_HOME:-$HOME/.cache/snug}/models/$mode
 [ "$cache" = warm ] && cat "$file" >/dev/null
 err=$(mktemp)
 start=$(date +%s.%N)
+prompt="Write a long story about a lighthouse keeper who counts every byte of memory."
 if [ -n "${PROMPT_FILE:-}" ]; then
-    llama_prompt=(-f "$PROMPT_FILE"); snug_prompt=(--prompt-file "$PROMPT_FILE")
+    py_prompt=(--prompt-file "$PROMPT_FILE"); snug_prompt=(--prompt-file "$PROMPT_FILE")
 else
-    prompt="Write a long story about a lighthouse keeper who counts every byte of memory."
-    llama_prompt=(-p "$prompt"); snug_prompt=("$prompt")
+    py_prompt=(--prompt "$prompt"); snug_prompt=("$prompt")
 fi
 if [ "${snug##*.}" = py ]; then
-    if [ -n "${PROMPT_FILE:-}" ]; then py_prompt=(--prompt-file "$PROMPT_FILE"); else py_prompt=(--prompt "$prompt"); fi
     cmd=(python3 "$snug" "$file" --ctx 4096 -n "${N:-64}" --threads 2 "${py_prompt[@]}" "$@")
-elif [ "$(basename "$snug")" = llama-completion ]; then
-    cmd=("$snug" -m "$file" -c 4096 -n "${N:-64}" -t 2 --temp 0 --ignore-eos -no-cnv --no-warmup "${llama_prompt[@]}" "$@")
 else
     cmd=("$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" "${snug_prompt[@]}")
 fi
@@ -58,5 +54,5 @@ end=$(date +%s.%N)
 peak=$(cat "$cg/memory.max_usage_in_bytes")
 oom=$(grep -o 'oom_kill [0-9]*' "$cg/memory.oom_control" 2>/dev/null || echo "oom_kill ?")
 echo "limit=$limit cache=$cache rc=$rc wall=$(echo "$end - $start" | bc)s peak_cgroup=$((peak / 1048576))MiB${lowered:+ ($lowered; peak is since then)} $oom"
-grep -E '^snug:|tok/s|error|eval time|load time' "$err"
+grep -E '^snug:|tok/s|error' "$err"
 rm -f "$err"

@@ -230,7 +230,7 @@ impl Governor {
         let r = read(&self.source, self.budget)?;
         let cgroup = matches!(self.source, BudgetSource::CgroupV1(_) | BudgetSource::CgroupV2(_));
         self.streamer.set_release(
-            match (must_drop_cache(r, self.fit.reserve, self.streamer.biggest_layer()), cgroup) {
+            match (must_drop_cache(r, self.fit.reserve, self.fit.facts.layer_bytes.iter().copied().max().unwrap_or(0)), cgroup) {
                 (true, _) => Release::UnmapAndUncache,
                 // Mapped pages count against a cgroup the same as unmapped cache.
                 (false, true) => Release::KeepMapped,

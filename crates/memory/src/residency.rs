@@ -299,11 +299,6 @@ impl Streamer {
         };
     }
 
-    /// Bytes of the largest layer.
-    pub fn biggest_layer(&self) -> u64 {
-        (0..self.layers.len()).map(|il| self.layer_bytes(il)).max().unwrap_or(0)
-    }
-
     fn drop_layer(&self, il: usize) {
         let r = match self.release.load(Ordering::Relaxed) {
             0 => Release::KeepMapped,
