@@ -374,12 +374,21 @@ pub fn kernels() -> &'static TileKernels {
     static CHOSEN: std::sync::OnceLock<&'static TileKernels> = std::sync::OnceLock::new();
     CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        if avx2_available() {
             return &avx2::KERNELS;
         }
         &GENERIC
     })
 }
+
+/// Whether this CPU runs the AVX2 + FMA + F16C kernels of this crate.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_available() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::exp8;
 
 fn scores_generic(q: &[f32], k: &[f32], scale: f32, s: &mut [f32; B]) -> f32 {
     let d = q.len();
@@ -463,7 +472,7 @@ mod avx2 {
     /// `exp(x)` to about 2 ulp (Cephes' expf polynomial); below −87.3 (and −∞) it is 0.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    pub(super) unsafe fn exp8(x: __m256) -> __m256 {
+    pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
         let lo = _mm256_set1_ps(-87.336_55);
         let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
         let xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0));

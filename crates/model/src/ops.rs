@@ -73,16 +73,62 @@ impl RopeTable {
 /// `gate = act(gate) * up`, in place in `gate`.
 pub fn glu(gate: &mut [f32], up: &[f32], act: Activation) {
     match act {
-        Activation::Silu => {
-            for (g, &u) in gate.iter_mut().zip(up) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
-        }
+        Activation::Silu => (silu_kernel())(gate, up),
         Activation::GeluTanh => {
             for (g, &u) in gate.iter_mut().zip(up) {
                 *g = gelu_like_ggml(*g) * u;
             }
         }
+    }
+}
+
+/// `gate = silu(gate) * up`, the reference the SIMD version is tested against.
+pub fn silu_mul_generic(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// The fastest `silu_mul` this CPU runs (chosen once). SwiGLU runs on one thread between two
+/// matmuls over `n_ff` values a token; with libm's `exp` it took ~1% of decode time (0.5B).
+pub fn silu_kernel() -> fn(&mut [f32], &[f32]) {
+    static CHOSEN: std::sync::OnceLock<fn(&mut [f32], &[f32])> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if crate::attention::avx2_available() {
+            return avx2::silu_mul;
+        }
+        silu_mul_generic
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use crate::attention::exp8;
+
+    /// `gate = silu(gate) * up` eight at a time with the polynomial `exp` (about 2 ulp).
+    pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+        let n = gate.len().min(up.len());
+        // SAFETY: `silu_kernel` hands this out only after AVX2 and FMA were detected.
+        unsafe { silu_mul_tf(&mut gate[..n], &up[..n]) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn silu_mul_tf(gate: &mut [f32], up: &[f32]) {
+        let n8 = gate.len() / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        for i in (0..n8).step_by(8) {
+            // SAFETY: i + 8 <= n8 <= both lengths.
+            unsafe {
+                let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+                let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+                _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
+            }
+        }
+        super::silu_mul_generic(&mut gate[n8..], &up[n8..]);
     }
 }
 
@@ -174,6 +220,33 @@ mod tests {
             let n1: f32 = h.iter().map(|v| v * v).sum();
             assert!((n0 - n1).abs() < 1e-3);
             assert_ne!(h, orig);
+        }
+    }
+
+    #[test]
+    fn simd_silu_matches_the_generic_one_on_odd_lengths() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for n in [1, 7, 8, 9, 33, 4864, 4867] {
+            // Gates over ±40 cover both saturated ends; a few far beyond exp's range.
+            let mut g: Vec<f32> = (0..n).map(|_| 40.0 * rnd()).collect();
+            if n > 8 {
+                g[3] = -200.0;
+                g[5] = 200.0;
+            }
+            let u: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let (mut a, mut b) = (g.clone(), g.clone());
+            silu_mul_generic(&mut a, &u);
+            (silu_kernel())(&mut b, &u);
+            for i in 0..n {
+                let tol = 8.0 * f32::EPSILON * a[i].abs() + 1e-30;
+                assert!((a[i] - b[i]).abs() <= tol, "n {n} i {i}: gate {} up {}: {} vs {}", g[i], u[i], a[i], b[i]);
+            }
         }
     }
 
