@@ -1,9 +1,10 @@
 //! The matmul the forward pass calls: `y = W · x` for `m` activation rows, over one weight matrix
 //! or several that share the activation row (q/k/v, gate/up). Activations are quantized once into
 //! caller-owned scratch; rows are cut into chunks that the pool's threads claim from one atomic
-//! counter (a late or descheduled thread just claims fewer). Decode chunks are wide (one pass over
-//! the weights, ~8 chunks per thread); prefill chunks are 16 rows, each swept over all tokens in
-//! tiles of [`TILE`], so the chunk's weights stay in L1/L2 while activations stream from L2.
+//! cursor (a late or descheduled thread just claims fewer). Decode chunks are wide (one pass over
+//! the weights, ~8 chunks per thread) and shrink toward the end of the job so both threads finish
+//! together; prefill chunks are 16 rows, each swept over all tokens in tiles of [`TILE`], so the
+//! chunk's weights stay in L1/L2 while activations stream from L2.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -65,7 +66,7 @@ unsafe impl<T> Sync for SharedMut<T> {}
 // SAFETY: as above.
 unsafe impl<T> Send for SharedMut<T> {}
 
-/// One matrix of a multi-matmul, validated, with its share of the chunk numbering.
+/// One matrix of a multi-matmul, validated, with its place in the job's row numbering.
 #[derive(Clone, Copy)]
 struct Part<'a> {
     k: DotKernels,
@@ -73,10 +74,17 @@ struct Part<'a> {
     rows: usize,
     w_row: usize,
     out: SharedMut<f32>,
+    /// Most and fewest rows one claim takes (equal for prefill).
     chunk_rows: usize,
-    /// Global index of this part's first chunk.
-    chunk0: usize,
+    min_rows: usize,
+    /// Index of this part's first row among all the job's rows, and weight bytes before it.
+    row0: usize,
+    byte0: usize,
 }
+
+/// Decode claims shrink toward the end of a job, but never below this many weight bytes: each
+/// claim restarts the kernels' prefetch stream (4 KiB ahead) and costs an atomic round trip.
+const MIN_CLAIM_BYTES: usize = 32 << 10;
 
 /// [`matmul_multi`] on an explicit kernel path.
 pub fn matmul_multi_with(
@@ -104,7 +112,7 @@ pub fn matmul_multi_with(
     let nth = pool.n_threads();
 
     let mut parts: [Option<Part>; MAX_MULTI] = [None; MAX_MULTI];
-    let mut n_chunks = 0;
+    let (mut n_rows, mut n_bytes) = (0, 0);
     for (i, (w, y)) in ws.iter().zip(ys.iter_mut()).enumerate() {
         let MatRef {
             ty,
@@ -124,10 +132,11 @@ pub fn matmul_multi_with(
             data.len(),
         )?;
         check_len("y", m.saturating_mul(rows), y.len())?;
-        let chunk_rows = if m < TILE {
-            (rows / (nth * 8)).clamp(8, 256)
+        let (chunk_rows, min_rows) = if m < TILE {
+            let most = (rows / (nth * 8)).clamp(8, 256);
+            (most, MIN_CLAIM_BYTES.div_ceil(w_row).min(most))
         } else {
-            16
+            (16, 16)
         };
         let out = SharedMut(y.as_mut_ptr());
         parts[i] = Some(Part {
@@ -137,28 +146,41 @@ pub fn matmul_multi_with(
             w_row,
             out,
             chunk_rows,
-            chunk0: n_chunks,
+            min_rows,
+            row0: n_rows,
+            byte0: n_bytes,
         });
-        n_chunks += rows.div_ceil(chunk_rows);
+        n_rows += rows;
+        n_bytes += rows * w_row;
     }
-    if m == 0 || n_chunks == 0 {
+    if m == 0 || n_rows == 0 {
         return Ok(());
     }
     let acts = quantize_acts(isa, pool, x, m, cols, x_row, vdt, scratch);
 
-    let next = AtomicUsize::new(0);
-    let work = |_ith: usize, _nth: usize| loop {
-        let chunk = next.fetch_add(1, Ordering::Relaxed);
-        if chunk >= n_chunks {
-            break;
+    // Threads claim rows from one cursor over all parts' rows. A claim takes `chunk_rows`, or
+    // near the end of the job 1/(2·nth) of the weight bytes still unclaimed (at least
+    // `min_rows`), so the threads finish within a small claim of each other.
+    let cursor = AtomicUsize::new(0);
+    let work = |_ith: usize, nth: usize| {
+        let mut cur = cursor.load(Ordering::Relaxed);
+        while cur < n_rows {
+            let Some(p) = parts.iter().flatten().rev().find(|p| p.row0 <= cur) else {
+                break;
+            };
+            let r0 = cur - p.row0;
+            let left = n_bytes - (p.byte0 + r0 * p.w_row);
+            let take = (left / (2 * nth) / p.w_row).clamp(p.min_rows, p.chunk_rows).min(p.rows - r0);
+            match cursor.compare_exchange_weak(cur, cur + take, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols);
+                    cur = cursor.load(Ordering::Relaxed);
+                }
+                Err(now) => cur = now,
+            }
         }
-        let Some(p) = parts.iter().flatten().rev().find(|p| p.chunk0 <= chunk) else {
-            break;
-        };
-        let r0 = (chunk - p.chunk0) * p.chunk_rows;
-        run_chunk(p, r0, (r0 + p.chunk_rows).min(p.rows), acts, x_row, m, cols);
     };
-    if n_chunks == 1 || nth == 1 {
+    if n_rows <= parts[0].map_or(0, |p| p.chunk_rows) || nth == 1 {
         work(0, 1);
     } else {
         pool.run(work);
@@ -224,7 +246,7 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
                 let xt = &acts[t * x_row..(t + 1) * x_row];
                 for r in r0..r1 {
                     let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
-                    prefetch_bytes(p.data, r * p.w_row + PREFETCH_AHEAD, p.w_row);
+                    // The SIMD kernels prefetch the weights ahead themselves (avx2::PREFETCH_AHEAD).
                     // SAFETY: ISA checked by matmul; full rows.
                     let v = unsafe { (p.k.dot)(cols, wr, xt) };
                     // SAFETY: rows r0..r1 of this part belong to this chunk alone; t < m.
@@ -260,33 +282,4 @@ fn sweep<const N: usize>(
         }
     }
     N
-}
-
-/// How far ahead of the row being multiplied decode asks for weight bytes. One token's decode
-/// streams each weight once, and the hardware prefetcher alone keeps too few cache lines in
-/// flight for a core to reach its share of the memory bandwidth: hinting the next 4 KiB of the
-/// chunk measured +3% to +15% decode tok/s on the 0.5B/1.5B models (2 threads, A/B runs);
-/// 2 KiB and 8 KiB measured the same as 4 KiB.
-const PREFETCH_AHEAD: usize = 4096;
-
-/// Hint the cache lines of `data[start..start + len]` (clipped to `data`) into L1; a no-op off
-/// x86_64 (aarch64 cores prefetch streams well on their own).
-#[inline]
-fn prefetch_bytes(data: &[u8], start: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let end = (start + len).min(data.len());
-        let mut o = start;
-        while o < end {
-            // SAFETY: prefetch is a hint that never faults; the address is inside `data`.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    data.as_ptr().add(o).cast(),
-                )
-            };
-            o += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (data, start, len);
 }

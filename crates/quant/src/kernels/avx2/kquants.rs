@@ -18,7 +18,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_at, f16_end_at, f16x2_at, f16x4_at, hsum_all, load, mul_i8_i16, nibbles_32};
+use super::{
+    f16_at, f16_end_at, f16x2_at, f16x4_at, hsum_all, load, mul_i8_i16, nibbles_32, prefetch_block,
+};
 use crate::blocks::IQ4_NL_VALUES;
 
 /// `n`, hidden from the optimizer when `C > 1` (see the use in the K-quant kernels).
@@ -200,6 +202,7 @@ pub(crate) unsafe fn dot_k4<W: K4Like, const C: usize>(
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
         let b = wp.add(i * W::BYTES);
+        prefetch_block::<C>(b, W::BYTES);
         let y0 = xp.add(292 * i);
         let (d, dmin) = f16x2_at(b);
         let sm = k4_scales_mins(b.add(4));
@@ -329,6 +332,7 @@ pub(crate) unsafe fn dot_k16<W: K16Like, const C: usize>(
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
         let b = wp.add(i * W::BYTES);
+        prefetch_block::<C>(b, W::BYTES);
         let y0 = xp.add(292 * i);
         let (d, bias_mul, sc16, bias16) = W::header(b);
         let mut sumi = [_mm256_setzero_si256(); C];
@@ -394,6 +398,7 @@ pub(crate) unsafe fn dot_iq4_xs<const C: usize>(
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
         let b = wp.add(i * 136);
+        prefetch_block::<C>(b, 136);
         let d = f16_at(b);
         let sh = b.add(2).cast::<u16>().read_unaligned() as i32;
         let mut sumi = [_mm256_setzero_si256(); C];
