@@ -33,8 +33,9 @@ pub const FAULT_AROUND: u64 = 64 * 1024;
 pub const EMBD_WINDOWS_PER_SQRT_TOKEN: f64 = 4.0;
 /// Streamed weights read past the two layers in flight: each reader thread's page faults bring
 /// in up to a readahead window (`read_ahead_kb`, 8 MiB here) beyond where it stops, plus the
-/// window being read asynchronously. Measured: 7B shape in 2 GiB, 8 layers pinned, cgroup peak
-/// 1935–2009 MiB where two layers in flight alone predict 1884 MiB.
+/// window being read asynchronously — and never more than the layer after (the plan takes the
+/// smaller). Measured: 7B shape in 2 GiB, 8 layers pinned, cgroup peak 1935–2009 MiB where two
+/// layers in flight alone predict 1884 MiB.
 pub const STREAM_READAHEAD: u64 = crate::residency::READERS as u64 * 16 * MIB;
 
 /// KV cache element precision.
@@ -305,7 +306,11 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
         Residency::Stream => {
             let pinned = r.pinned_layers.min(s.n_layer);
             let biggest = m.layer_bytes.iter().copied().max().unwrap_or(0);
-            let streamed = if pinned < s.n_layer { 2 * biggest + STREAM_READAHEAD } else { 0 };
+            let streamed = if pinned < s.n_layer {
+                2 * biggest + STREAM_READAHEAD.min(biggest)
+            } else {
+                0
+            };
             fixed
                 + m.layer_bytes[..pinned.min(m.layer_bytes.len())]
                     .iter()
