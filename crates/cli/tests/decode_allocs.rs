@@ -77,7 +77,7 @@ fn decode_allocations(alias: &str, n_threads: usize) {
     ctx.decode(&batch).expect("prefill");
     let mut tok = sampler.sample(ctx.logits(0));
     let mut pos = 8;
-    let mut step = |ctx: &mut Context,
+    let step = |ctx: &mut Context,
                     sampler: &mut Sampler,
                     batch: &mut Batch,
                     tok: &mut u32,

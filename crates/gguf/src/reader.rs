@@ -105,7 +105,31 @@ impl GgufFile {
         // a kernel that cannot do it ignores it.
         #[cfg(target_os = "linux")]
         let _ = mmap.advise(memmap2::Advice::HugePage);
-        Self::parse(Backing::Mmap(mmap))
+        let f = Self::parse(Backing::Mmap(mmap))?;
+        #[cfg(target_os = "linux")]
+        f.small_pages_for_sparse_embedding();
+        Ok(f)
+    }
+
+    /// An untied token embedding is read one row per token: with huge-page folios each row
+    /// touched maps (and reads) up to 2 MiB around it — 0.5B coder, 512-token prompt: ~40 MiB of
+    /// its 89 MiB embedding resident instead of ~6, which the memory plan does not expect. Its
+    /// pages stay small; every other tensor is read whole each token and keeps the hint.
+    #[cfg(target_os = "linux")]
+    fn small_pages_for_sparse_embedding(&self) {
+        let (Backing::Mmap(m), Some(t), true) = (
+            &self.backing,
+            self.tensor("token_embd.weight"),
+            self.tensor("output.weight").is_some(),
+        ) else {
+            return;
+        };
+        const PAGE: u64 = 4096;
+        let start = (self.data_offset + t.offset).div_ceil(PAGE) * PAGE;
+        let end = (self.data_offset + t.offset + t.size) / PAGE * PAGE;
+        if end > start {
+            let _ = m.advise_range(memmap2::Advice::NoHugePage, start as usize, (end - start) as usize);
+        }
     }
 
     /// Parses a GGUF image held in memory (tests and fuzzing).
