@@ -179,8 +179,7 @@ pub struct Streamer {
     /// The file mapping (owned by the model, which outlives us).
     span: Span,
     /// `[n_layer]` byte ranges in the file.
-    layers: Vec<(usize, usize)>,
-    pinned: AtomicUsize,
+    layers: Arc<[(usize, usize)]>,
     /// Most layers that may be pinned again (lowered by memory pressure, never raised).
     cap: AtomicUsize,
     /// Serialises changes of `pinned` (the governor thread and the generating thread).
@@ -211,7 +210,7 @@ struct ReadShared {
     wake: Condvar,
     /// The layer the forward pass is computing (`NONE` before the first).
     current: AtomicUsize,
-    /// Mirrors [`Streamer::pinned`].
+    /// Layers `0..pinned` stay resident ([`Streamer::pinned`] reads it here).
     pinned: AtomicUsize,
     n_layer: usize,
 }
@@ -279,12 +278,12 @@ impl ReadShared {
 impl Readers {
     /// Asks the readers for layer `il` (starting them the first time). If the threads cannot be
     /// started the computing threads fault the layer in themselves, only slower.
-    fn request(&self, il: usize, span: Span, layers: &[(usize, usize)]) {
+    fn request(&self, il: usize, span: Span, layers: &Arc<[(usize, usize)]>) {
         {
             let mut t = self.threads.lock().unwrap_or_else(|p| p.into_inner());
             if t.is_empty() {
                 for i in 0..READERS {
-                    let (shared, layers) = (self.shared.clone(), layers.to_vec());
+                    let (shared, layers) = (self.shared.clone(), layers.clone());
                     match std::thread::Builder::new()
                         .name(format!("snug-reader-{i}"))
                         .spawn(move || shared.run(i, span, &layers))
@@ -351,8 +350,7 @@ impl Streamer {
             },
             readers,
             cap: AtomicUsize::new(layers.len()),
-            layers,
-            pinned: AtomicUsize::new(pinned),
+            layers: layers.into(),
             change: Mutex::new(()),
             lock,
             file,
@@ -380,11 +378,10 @@ impl Streamer {
     }
 
     pub fn pinned(&self) -> usize {
-        self.pinned.load(Ordering::Relaxed)
+        self.readers.shared.pinned.load(Ordering::Relaxed)
     }
 
     fn store_pinned(&self, k: usize) {
-        self.pinned.store(k, Ordering::Relaxed);
         self.readers.shared.pinned.store(k, Ordering::Relaxed);
     }
 
