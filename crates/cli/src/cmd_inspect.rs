@@ -239,7 +239,7 @@ impl TokSummary {
     fn new(f: &GgufFile) -> TokSummary {
         let tokens = f
             .get_array("tokenizer.ggml.tokens")
-            .and_then(Array::as_strings);
+            .and_then(Array::as_str_array);
         let len = |k: &str| f.get_array(k).map(Array::len);
         let specials = [
             ("bos", "bos_token_id"),
@@ -253,7 +253,11 @@ impl TokSummary {
         .into_iter()
         .filter_map(|(label, key)| {
             let id = f.get_u64(&format!("tokenizer.ggml.{key}"))?;
-            Some((label, id, tokens.and_then(|t| t.get(id as usize)).cloned()))
+            Some((
+                label,
+                id,
+                tokens.and_then(|t| t.get(id as usize)).map(String::from),
+            ))
         })
         .collect();
         let flags = [("add_bos", "add_bos_token"), ("add_eos", "add_eos_token")]
@@ -263,7 +267,7 @@ impl TokSummary {
         TokSummary {
             model: f.get_str("tokenizer.ggml.model").map(String::from),
             pre: f.get_str("tokenizer.ggml.pre").map(String::from),
-            vocab: tokens.map(<[String]>::len),
+            vocab: tokens.map(gguf::StrArray::len),
             merges: len("tokenizer.ggml.merges"),
             scores: len("tokenizer.ggml.scores"),
             specials,
@@ -366,7 +370,7 @@ fn short_str(s: &str) -> String {
 fn show_array(a: &Array) -> String {
     const HEAD: usize = 6;
     let head: Vec<String> = match a {
-        Array::String(v) => v.iter().take(HEAD).map(|s| short_str(s)).collect(),
+        Array::String(v) => v.iter().take(HEAD).map(short_str).collect(),
         Array::F32(v) => v.iter().take(HEAD).map(f32::to_string).collect(),
         Array::F64(v) => v.iter().take(HEAD).map(f64::to_string).collect(),
         Array::Array(v) => v.iter().take(HEAD).map(show_array).collect(),
@@ -520,7 +524,7 @@ mod tests {
         w.add_kv("tokenizer.ggml.model", Value::String("gpt2".into()));
         w.add_kv(
             "tokenizer.ggml.tokens",
-            Value::Array(Array::String(vec!["a".into(), "b".into()])),
+            Value::Array(Array::String(vec!["a", "b"].into())),
         );
         w.add_kv("tokenizer.ggml.bos_token_id", Value::U32(1));
         w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(7));

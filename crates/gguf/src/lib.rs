@@ -10,7 +10,7 @@ mod writer;
 
 pub use quant::GgmlType;
 pub use reader::{tensor_size, GgufFile, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
-pub use value::{Array, Value, ValueType};
+pub use value::{Array, StrArray, StrSpan, Value, ValueType};
 pub use writer::{GgufWriter, TensorSpec};
 
 /// Everything that can be wrong with a GGUF file. Messages name the offending key, tensor or

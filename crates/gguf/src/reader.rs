@@ -10,7 +10,7 @@ use std::path::Path;
 
 use quant::GgmlType;
 
-use crate::value::{Array, Value, ValueType};
+use crate::value::{Array, StrArray, Value, ValueType};
 use crate::GgufError;
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -349,6 +349,11 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        self.str(what).map(str::to_string)
+    }
+
+    /// A string of the image, borrowed.
+    fn str(&mut self, what: &str) -> Result<&'a str, GgufError> {
         let at = self.pos as u64;
         let len = self.u64(what)?;
         if len > self.remaining() as u64 {
@@ -358,7 +363,27 @@ impl<'a> Cursor<'a> {
             return Err(GgufError::AbsurdCount { what: format!("{what} length"), count: len, offset: at });
         }
         let raw = self.take(len as usize, what)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| GgufError::BadUtf8 { what: what.to_string(), offset: at })
+        std::str::from_utf8(raw).map_err(|_| GgufError::BadUtf8 { what: what.to_string(), offset: at })
+    }
+
+    /// `n` strings into one [`StrArray`]: a first pass finds their text length, so the copy is
+    /// one allocation of exactly that size.
+    fn strings(&mut self, n: usize, key: &str) -> Result<StrArray, GgufError> {
+        let start = self.pos;
+        let mut text_bytes = 0usize;
+        for _ in 0..n {
+            text_bytes += self.str("metadata string")?.len();
+        }
+        if text_bytes > u32::MAX as usize {
+            return Err(GgufError::BadValue { key: key.to_string(), why: format!("{text_bytes} bytes of strings (at most 4 GiB)") });
+        }
+        self.pos = start;
+        let mut v = StrArray::with_capacity(n, text_bytes);
+        for _ in 0..n {
+            let pushed = v.try_push(self.str("metadata string")?);
+            debug_assert!(pushed.is_some(), "the first pass measured this text");
+        }
+        Ok(v)
     }
 
     fn value(&mut self, ty: ValueType, key: &str, depth: usize) -> Result<Value, GgufError> {
@@ -424,13 +449,7 @@ impl<'a> Cursor<'a> {
                 }
                 Array::Bool(v)
             }
-            ValueType::String => {
-                let mut v = Vec::with_capacity(n);
-                for _ in 0..n {
-                    v.push(self.string("metadata string")?);
-                }
-                Array::String(v)
-            }
+            ValueType::String => Array::String(self.strings(n, key)?),
             ValueType::Array => {
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {

@@ -1,5 +1,6 @@
-//! GGUF metadata values. Arrays are stored typed (a `Vec<u32>`, a `Vec<String>`, ...) so a
-//! 262,144-entry vocabulary is one allocation per string, not one enum per element.
+//! GGUF metadata values. Arrays are stored typed (a `Vec<u32>`, a [`StrArray`], ...): a
+//! 262,144-entry vocabulary is one text buffer and one span per string (8 bytes), not an enum,
+//! a `String` and a heap allocation per element (≈ 56 bytes each with malloc's rounding).
 
 /// The value type ids GGUF stores before each value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +95,7 @@ pub enum Array {
     I32(Vec<i32>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
-    String(Vec<String>),
+    String(StrArray),
     Array(Vec<Array>),
     U64(Vec<u64>),
     I64(Vec<i64>),
@@ -218,11 +219,18 @@ impl Array {
         }
     }
 
-    pub fn as_strings(&self) -> Option<&[String]> {
+    /// The strings of a string array.
+    pub fn as_str_array(&self) -> Option<&StrArray> {
         match self {
             Array::String(v) => Some(v),
             _ => None,
         }
+    }
+
+    /// Where each string of a string array lies; `len()` of each is its byte length. The text is
+    /// in [`Array::as_str_array`].
+    pub fn as_strings(&self) -> Option<&[StrSpan]> {
+        self.as_str_array().map(StrArray::spans)
     }
 
     pub fn as_f32s(&self) -> Option<&[f32]> {
@@ -234,17 +242,153 @@ impl Array {
 
     /// Integer elements widened to i64 (token types are i32, some writers use u32 or i8...).
     pub fn to_i64s(&self) -> Option<Vec<i64>> {
+        self.iter_i64s().map(Iterator::collect)
+    }
+
+    /// [`Array::to_i64s`] without collecting: for reading a vocabulary-sized array once.
+    pub fn iter_i64s(&self) -> Option<Box<dyn ExactSizeIterator<Item = i64> + '_>> {
         Some(match self {
-            Array::U8(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::I8(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::U16(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::I16(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::U32(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::I32(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::U64(v) => v.iter().map(|&x| x as i64).collect(),
-            Array::I64(v) => v.clone(),
-            Array::Bool(v) => v.iter().map(|&x| x as i64).collect(),
+            Array::U8(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::I8(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::U16(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::I16(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::U32(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::I32(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::U64(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::I64(v) => Box::new(v.iter().copied()),
+            Array::Bool(v) => Box::new(v.iter().map(|&x| x as i64)),
             _ => return None,
         })
+    }
+}
+
+/// Where one string of a [`StrArray`] lies in its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrSpan {
+    start: u32,
+    len: u32,
+}
+
+impl StrSpan {
+    /// Byte length of the string.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// An array of strings: all their text back to back in one `String`, and a `[len]` span per
+/// string into it. Text is at most 4 GiB (u32 offsets), which GGUF readers check.
+#[derive(Clone, Debug, Default)]
+pub struct StrArray {
+    text: String,
+    spans: Vec<StrSpan>,
+}
+
+impl StrArray {
+    pub fn with_capacity(n: usize, text_bytes: usize) -> StrArray {
+        StrArray {
+            text: String::with_capacity(text_bytes),
+            spans: Vec::with_capacity(n),
+        }
+    }
+
+    /// Appends `s`; `None` (nothing appended) when the text would pass 4 GiB.
+    pub fn try_push(&mut self, s: &str) -> Option<()> {
+        let start = u32::try_from(self.text.len()).ok()?;
+        let len = u32::try_from(s.len()).ok()?;
+        start.checked_add(len)?;
+        self.text.push_str(s);
+        self.spans.push(StrSpan { start, len });
+        Some(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.spans.get(i).map(|s| &self.text[s.range()])
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.spans.iter().map(|s| &self.text[s.range()])
+    }
+
+    pub fn spans(&self) -> &[StrSpan] {
+        &self.spans
+    }
+
+    /// Bytes of text of all the strings together.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+}
+
+/// Equal when the strings are (how the text is laid out does not matter).
+impl PartialEq for StrArray {
+    fn eq(&self, o: &Self) -> bool {
+        self.len() == o.len() && self.iter().eq(o.iter())
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for StrArray {
+    /// Panics past 4 GiB of text, which no metadata array a writer builds comes near.
+    fn from_iter<I: IntoIterator<Item = S>>(it: I) -> StrArray {
+        let mut a = StrArray::default();
+        for s in it {
+            a.try_push(s.as_ref())
+                .expect("a string array holds at most 4 GiB of text");
+        }
+        a
+    }
+}
+
+impl<S: AsRef<str>> From<Vec<S>> for StrArray {
+    fn from(v: Vec<S>) -> StrArray {
+        v.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_array_gives_back_each_string_and_its_length() {
+        let words = ["<s>", "", "héllo", "▁a b"];
+        let a: StrArray = words.iter().collect();
+        assert_eq!(a.len(), 4);
+        assert!(a.iter().eq(words));
+        assert_eq!(a.get(2), Some("héllo"));
+        assert_eq!(a.get(4), None);
+        let lens: Vec<usize> = a.spans().iter().map(StrSpan::len).collect();
+        assert_eq!(lens, [3, 0, 6, 6]);
+        assert_eq!(a.text_len(), 15);
+        let arr = Array::String(a.clone());
+        assert_eq!(arr.as_strings().map(<[StrSpan]>::len), Some(4));
+        assert_eq!(arr.as_str_array(), Some(&a));
+    }
+
+    #[test]
+    fn string_arrays_are_equal_by_their_strings_not_their_layout() {
+        let mut a = StrArray::with_capacity(2, 100);
+        a.try_push("ab").unwrap();
+        a.try_push("c").unwrap();
+        let b: StrArray = vec!["ab", "c"].into();
+        let c: StrArray = vec!["a", "bc"].into();
+        assert_eq!(a, b);
+        assert_ne!(a, c, "same text, other boundaries");
     }
 }

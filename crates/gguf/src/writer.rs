@@ -197,7 +197,7 @@ impl<W: Write> GgufWriter<W> {
             Array::I64(v) => each!(v, |x: &i64| x.to_le_bytes()),
             Array::F64(v) => each!(v, |x: &f64| x.to_le_bytes()),
             Array::String(v) => {
-                for s in v {
+                for s in v.iter() {
                     self.put_str(s)?;
                 }
                 Ok(())
@@ -222,7 +222,7 @@ mod tests {
         let mut w = GgufWriter::new(Vec::new());
         w.add_kv("general.architecture", Value::String("llama".into()));
         w.add_kv("x.f", Value::F32(1.5));
-        w.add_kv("x.nested", Value::Array(Array::Array(vec![Array::U32(vec![1, 2]), Array::String(vec!["a".into()])])));
+        w.add_kv("x.nested", Value::Array(Array::Array(vec![Array::U32(vec![1, 2]), Array::String(vec!["a"].into())])));
         w.add_tensor(TensorSpec { name: "a".into(), dims: vec![32, 2], ggml_type: GgmlType::Q8_0 }).unwrap();
         w.add_tensor(TensorSpec { name: "b".into(), dims: vec![3], ggml_type: GgmlType::F32 }).unwrap();
         w.write_header().unwrap();

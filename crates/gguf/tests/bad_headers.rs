@@ -88,7 +88,7 @@ fn valid_image() -> Vec<u8> {
     w.add_kv("x.bool", Value::Bool(true));
     w.add_kv(
         "tokenizer.ggml.tokens",
-        Value::Array(Array::String(vec!["<s>".into(), "a".into(), "bc".into()])),
+        Value::Array(Array::String(vec!["<s>", "a", "bc"].into())),
     );
     w.add_kv(
         "tokenizer.ggml.scores",

@@ -673,7 +673,7 @@ fn byte_level_tokenizer() -> Vec<(String, Value)> {
         ("tokenizer.ggml.pre".into(), Value::String("default".into())),
         (
             "tokenizer.ggml.tokens".into(),
-            Value::Array(Array::String(tokens)),
+            Value::Array(Array::String(tokens.into())),
         ),
         (
             "tokenizer.ggml.token_type".into(),
@@ -681,7 +681,7 @@ fn byte_level_tokenizer() -> Vec<(String, Value)> {
         ),
         (
             "tokenizer.ggml.merges".into(),
-            Value::Array(Array::String(Vec::new())),
+            Value::Array(Array::String(Default::default())),
         ),
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(256)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(256)),

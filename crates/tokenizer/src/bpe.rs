@@ -25,8 +25,8 @@ pub struct Bpe {
 
 impl Bpe {
     /// `merges` are GGUF `tokenizer.ggml.merges` lines ("left right"); `lookup` finds a token id.
-    pub fn new(
-        merges: &[String],
+    pub fn new<'a>(
+        merges: impl ExactSizeIterator<Item = &'a str>,
         n_vocab: u32,
         lookup: &dyn Fn(&str) -> Option<u32>,
         ignore_merges: bool,
@@ -52,13 +52,16 @@ impl Bpe {
         }
         let mut map: HashMap<(u32, u32), (u32, u32), FxBuild> = HashMap::default();
         map.reserve(merges.len());
-        for (rank, line) in merges.iter().enumerate() {
+        let mut merged = String::new();
+        for (rank, line) in merges.enumerate() {
             // llama.cpp splits at the first space after the first byte.
             let (a, b) = match line.bytes().skip(1).position(|c| c == b' ') {
                 Some(p) => (&line[..p + 1], &line[p + 2..]),
                 None => ("", ""),
             };
-            let merged = format!("{a}{b}");
+            merged.clear();
+            merged.push_str(a);
+            merged.push_str(b);
             let (ia, ib) = (intern(a, &mut extra), intern(b, &mut extra));
             let im = intern(&merged, &mut extra);
             map.entry((ia, ib)).or_insert((rank as u32, im));
@@ -310,7 +313,12 @@ mod tests {
             vocab.insert(s.to_string(), id);
         }
         let lookup = |s: &str| vocab.get(s).copied();
-        let bpe = Bpe::new(&merges, vocab.len() as u32, &lookup, false);
+        let bpe = Bpe::new(
+            merges.iter().map(String::as_str),
+            vocab.len() as u32,
+            &lookup,
+            false,
+        );
         let mut seed = 12345u64;
         for _ in 0..2000 {
             seed = seed

@@ -16,18 +16,17 @@ mod fxhash;
 mod pretok;
 mod spm;
 mod stream;
+mod texts;
 mod unicode;
 mod vocab;
-
-use std::collections::HashMap;
 
 pub use chat::{ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK};
 pub use pretok::PreType;
 pub use stream::StreamDecoder;
 pub use vocab::{attr, SpecialIds, TokenType};
 
-use fxhash::FxBuild;
 use pretok::PreTokenizer;
+use texts::TokenTexts;
 
 /// What went wrong reading a tokenizer from GGUF metadata.
 #[derive(Debug, thiserror::Error)]
@@ -75,13 +74,12 @@ enum Frag {
 #[derive(Debug)]
 pub struct Tokenizer {
     algo: Algo,
-    /// Token text as stored in the GGUF (`[n_vocab]`).
-    texts: Vec<String>,
-    /// `[n_vocab]` SentencePiece scores (0 for BPE).
+    /// `[n_vocab]` token texts as stored in the GGUF, and the index from text to id.
+    texts: TokenTexts,
+    /// `[n_vocab]` SentencePiece scores; empty when the vocabulary has none (all 0, BPE).
     scores: Vec<f32>,
     /// `[n_vocab]` llama.cpp token attributes, see [`attr`].
     attrs: Vec<u16>,
-    to_id: HashMap<String, u32, FxBuild>,
     /// Detokenized bytes of every token (special tokens rendered), concatenated; `piece_off` has
     /// `n_vocab + 1` offsets into it.
     pieces: Vec<u8>,
@@ -169,7 +167,7 @@ impl Tokenizer {
             Algo::Bpe { bpe, pre } => {
                 let mut words = Vec::new();
                 let mut scratch = bpe::Scratch::default();
-                let lookup = |s: &str| self.to_id.get(s).copied();
+                let lookup = |s: &str| self.texts.find(s);
                 for frag in frags {
                     match frag {
                         Frag::Text(off, len) => {
@@ -229,7 +227,7 @@ impl Tokenizer {
             if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
                 continue;
             }
-            let tok = self.texts[id as usize].as_str();
+            let tok = self.texts.get(id).unwrap_or_default();
             next.clear();
             for &frag in &frags {
                 let Frag::Text(off, len) = frag else {
@@ -287,12 +285,12 @@ impl Tokenizer {
 
     /// The token's text as stored in the vocabulary (`Ġhello`, `▁hello`, `<|im_end|>`).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.texts.get(id as usize).map(|s| s.as_str())
+        self.texts.get(id)
     }
 
     /// The id of a token given its exact vocabulary text.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.to_id.get(text).copied()
+        self.texts.find(text)
     }
 
     /// llama.cpp attribute bits of a token (see [`attr`]); 0 for an id outside the vocabulary.
@@ -397,10 +395,10 @@ impl Tokenizer {
 
 impl spm::SpmVocab for Tokenizer {
     fn lookup(&self, text: &str) -> Option<u32> {
-        self.to_id.get(text).copied()
+        self.texts.find(text)
     }
     fn score(&self, id: u32) -> f32 {
-        self.scores[id as usize]
+        self.scores.get(id as usize).copied().unwrap_or(0.0)
     }
     fn byte_token(&self, b: u8) -> Option<u32> {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -413,14 +411,11 @@ impl spm::SpmVocab for Tokenizer {
             b'>',
         ];
         let name = std::str::from_utf8(&name).unwrap_or("");
-        if let Some(&id) = self.to_id.get(name) {
+        if let Some(id) = self.texts.find(name) {
             return Some(id);
         }
         if b < 0x80 {
-            if let Some(&id) = self
-                .to_id
-                .get((b as char).encode_utf8(&mut [0u8; 4]) as &str)
-            {
+            if let Some(id) = self.texts.find((b as char).encode_utf8(&mut [0u8; 4])) {
                 return Some(id);
             }
         }

@@ -4,13 +4,11 @@
 //! Runs once per model load: O(n_vocab) hashing plus one detokenized piece per token (about
 //! 30 ms for Gemma's 262k tokens).
 
-use std::collections::HashMap;
-
 use gguf::GgufFile;
 
 use crate::bpe::Bpe;
-use crate::fxhash::FxBuild;
 use crate::pretok::{PreTokenizer, PreType};
+use crate::texts::{PushError, TokenTexts};
 use crate::unicode::byte_to_char_table;
 use crate::{Algo, Tokenizer, TokenizerError};
 
@@ -164,7 +162,7 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
 
     let texts_raw = f
         .get_array("tokenizer.ggml.tokens")
-        .and_then(|a| a.as_strings())
+        .and_then(|a| a.as_str_array())
         .ok_or(TokenizerError::BadKey {
             key: "tokenizer.ggml.tokens",
             what: "expected an array of strings".into(),
@@ -177,32 +175,34 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         });
     }
 
-    let mut scores = vec![0f32; n];
-    if let Some(a) = f.get_array("tokenizer.ggml.scores") {
-        let vals: Vec<f32> = match a.as_f32s() {
-            Some(v) => v.to_vec(),
-            None => a
-                .to_i64s()
-                .ok_or(TokenizerError::BadKey {
+    let scores = match f.get_array("tokenizer.ggml.scores") {
+        None => Vec::new(),
+        Some(a) => {
+            let vals: Vec<f32> = match a.as_f32s() {
+                Some(v) => v.iter().take(n).copied().collect(),
+                None => a
+                    .iter_i64s()
+                    .ok_or(TokenizerError::BadKey {
+                        key: "tokenizer.ggml.scores",
+                        what: "expected f32 or i32 values".into(),
+                    })?
+                    .take(n)
+                    .map(|x| x as f32)
+                    .collect(),
+            };
+            if vals.len() < n {
+                return Err(TokenizerError::BadKey {
                     key: "tokenizer.ggml.scores",
-                    what: "expected f32 or i32 values".into(),
-                })?
-                .into_iter()
-                .map(|x| x as f32)
-                .collect(),
-        };
-        if vals.len() < n {
-            return Err(TokenizerError::BadKey {
-                key: "tokenizer.ggml.scores",
-                what: format!("{} scores for {n} tokens", vals.len()),
-            });
+                    what: format!("{} scores for {n} tokens", a.len()),
+                });
+            }
+            vals
         }
-        scores.copy_from_slice(&vals[..n]);
-    }
+    };
 
     let mut attrs = vec![attr::NORMAL; n];
     if let Some(a) = f.get_array("tokenizer.ggml.token_type") {
-        let types = a.to_i64s().ok_or(TokenizerError::BadKey {
+        let types = a.iter_i64s().ok_or(TokenizerError::BadKey {
             key: "tokenizer.ggml.token_type",
             what: "expected integers".into(),
         })?;
@@ -212,31 +212,38 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                 what: format!("{} types for {n} tokens", types.len()),
             });
         }
-        for (a, &t) in attrs.iter_mut().zip(&types) {
+        for (a, t) in attrs.iter_mut().zip(types) {
             *a = TokenType::attr(t);
         }
     }
 
-    let mut texts = Vec::with_capacity(n);
-    let mut to_id: HashMap<String, u32, FxBuild> = HashMap::default();
-    to_id.reserve(n);
+    let mut texts = TokenTexts::with_capacity(n, texts_raw.text_len());
     for (i, t) in texts_raw.iter().enumerate() {
+        let empty;
         let t = if t.is_empty() {
-            format!("[EMPTY_{i}]")
+            empty = format!("[EMPTY_{i}]");
+            empty.as_str()
         } else {
-            t.clone()
+            t
         };
-        if let Some(&first) = to_id.get(&t) {
-            return Err(TokenizerError::DuplicateToken {
-                text: t,
-                first,
-                second: i as u32,
-            });
+        match texts.push(t) {
+            Ok(_) => {}
+            Err(PushError::Full) => {
+                return Err(TokenizerError::BadKey {
+                    key: "tokenizer.ggml.tokens",
+                    what: "token text exceeds 4 GiB".into(),
+                })
+            }
+            Err(PushError::Duplicate(first)) => {
+                return Err(TokenizerError::DuplicateToken {
+                    text: t.to_string(),
+                    first,
+                    second: i as u32,
+                })
+            }
         }
-        to_id.insert(t.clone(), i as u32);
-        texts.push(t);
     }
-    let find = |s: &str| to_id.get(s).copied();
+    let find = |s: &str| texts.find(s);
 
     // Per-model defaults (llama.cpp `load`), then metadata.
     let mut sp = SpecialIds::default();
@@ -251,12 +258,12 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         clean_spaces = info.clean_spaces;
         let merges = f
             .get_array("tokenizer.ggml.merges")
-            .and_then(|a| a.as_strings())
+            .and_then(|a| a.as_str_array())
             .ok_or(TokenizerError::BadKey {
                 key: "tokenizer.ggml.merges",
                 what: "a gpt2 vocabulary needs its merges".into(),
             })?;
-        let bpe = Bpe::new(merges, n as u32, &find, info.ignore_merges);
+        let bpe = Bpe::new(merges.iter(), n as u32, &find, info.ignore_merges);
         algo = Algo::Bpe {
             bpe,
             pre: PreTokenizer::new(info.pre)?,
@@ -391,12 +398,8 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let mut special_cache: Vec<u32> = (0..n as u32)
         .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
         .collect();
-    special_cache.sort_by(|&a, &b| {
-        texts[b as usize]
-            .len()
-            .cmp(&texts[a as usize].len())
-            .then(a.cmp(&b))
-    });
+    let len = |id: u32| texts.get(id).map_or(0, str::len);
+    special_cache.sort_by(|&a, &b| len(b).cmp(&len(a)).then(a.cmp(&b)));
 
     // Name-based attribute fix-ups (llama.cpp: Phi-3 special tokens swallow following spaces).
     let name = f.get_str("general.name").unwrap_or("").to_lowercase();
@@ -419,7 +422,7 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     } else {
         let pats: Vec<&str> = special_cache
             .iter()
-            .map(|&i| texts[i as usize].as_str())
+            .map(|&i| texts.get(i).unwrap_or_default())
             .collect();
         Some(
             aho_corasick::AhoCorasick::new(&pats).map_err(|e| TokenizerError::BadKey {
@@ -435,7 +438,8 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     for (b, &c) in byte_to_char_table().iter().enumerate() {
         char_to_byte[c as usize] = Some(b as u8);
     }
-    let mut pieces = Vec::with_capacity(n * 6);
+    // A piece is at most as long as its text, except for the rare [UNK_BYTE_0x..] markers.
+    let mut pieces = Vec::with_capacity(texts_raw.text_len() + n / 64);
     let mut piece_off = Vec::with_capacity(n + 1);
     for (t, &a) in texts.iter().zip(&attrs) {
         piece_off.push(pieces.len() as u32);
@@ -473,13 +477,13 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         }
     }
     piece_off.push(pieces.len() as u32);
+    pieces.shrink_to_fit();
 
     Ok(Tokenizer {
         algo,
         texts,
         scores,
         attrs,
-        to_id,
         pieces,
         piece_off,
         special: sp,
