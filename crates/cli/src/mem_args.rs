@@ -130,7 +130,7 @@ impl Residence {
             }
             let st = self.governor.streamer();
             eprintln!(
-                "snug: {} of {} layers pinned at exit; {} layer drops",
+                "snug: {} of {} layers pinned at exit; {} streamed-weight drops",
                 st.pinned(),
                 st.n_layer(),
                 st.drops.load(std::sync::atomic::Ordering::Relaxed)
@@ -200,8 +200,8 @@ impl Planned {
         ctx: &Context,
     ) -> anyhow::Result<Residence> {
         let map = model.file.bytes();
-        let layers: Vec<(usize, usize)> = (0..model.config.n_layer)
-            .map(|il| model.weights.layer_range(il))
+        let layers: Vec<_> = (0..model.config.n_layer)
+            .map(|il| model.weights.layer_stages(il))
             .collect();
         let n_layer = layers.len();
         let (pinned, lock) = match self.request.residency {
@@ -221,7 +221,8 @@ impl Planned {
             Residency::Stream => (self.request.pinned_layers, false),
         };
         let streamer = Arc::new(
-            Streamer::new(map, path, layers, pinned, lock).map_err(anyhow::Error::msg)?,
+            Streamer::new(map, path, layers, pinned, lock, plan::stream_window(&self.facts))
+                .map_err(anyhow::Error::msg)?,
         );
         ctx.set_layer_observer(streamer.clone());
         let fit = Fit::new(self.shape.clone(), self.facts.clone(), self.request, self.budget.bytes);

@@ -1,6 +1,6 @@
 //! `--ram`, `--load` and `--verbose` mean the same to `snug run`, `snug chat` and `snug bench`:
 //! each verb plans within the same budget and residency for the same flags, makes the weights resident the way
-//! `--load` says (streaming shows up as layer drops at exit) and, with `--verbose`, reports its
+//! `--load` says (streaming shows up as streamed-weight drops at exit) and, with `--verbose`, reports its
 //! peak RSS against the prediction.
 
 mod common;
@@ -48,8 +48,8 @@ fn chat_and_bench_stream_weights_under_ram_and_report_like_run() {
         let line = plan_line(err);
         assert!(line.contains("ctx 256, KV f16") && line.contains(", stream (") && line.contains("budget 330.0 MiB from --ram"), "snug {v}: {line}");
         assert!(err.contains("peak RSS (VmHWM)"), "snug {v} --verbose did not report peak RSS:\n{err}");
-        let drops = err.lines().find(|l| l.contains("layer drops")).unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
-        assert!(!drops.contains(" 0 layer drops"), "snug {v}: {drops}");
+        let drops = err.lines().find(|l| l.contains("streamed-weight drops")).unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
+        assert!(!drops.contains(" 0 streamed-weight drops"), "snug {v}: {drops}");
     }
 }
 

@@ -6,7 +6,8 @@
 //!   layer with GQA / sliding windows / q8 / q4 block scales, activation arena, logits, tokenizer
 //!   heap, fixed process overhead) and chooses context, KV precision and residency for a budget.
 //! - [`residency`] applies a residency mode to the mapped file (mmap / populate / mlock / stream)
-//!   and, for streaming, prefetches and drops layers around each layer's compute.
+//!   and, for streaming, reads stages ahead of the compute and drops them after it.
+//! - [`stages`] cuts each layer's matrices into the stages streaming works in.
 //! - [`pressure`] watches the budget while running and moves layers between pinned and streamed
 //!   as the limit, the free memory and the KV cache length change.
 
@@ -14,6 +15,7 @@ pub mod plan;
 pub mod pressure;
 pub mod probe;
 pub mod residency;
+pub mod stages;
 
 pub use plan::{
     choose, fmt_bytes, parse_bytes, Choice, KvType, ModelFacts, Prediction, Request, Residency,

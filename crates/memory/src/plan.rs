@@ -9,6 +9,8 @@
 use gguf::GgufFile;
 use serde::Serialize;
 
+use crate::stages::{self, GROUPS};
+
 const MIB: u64 = 1 << 20;
 
 /// Bytes the process holds before any model: binary text and data, libc, allocator arenas,
@@ -35,12 +37,14 @@ pub const FAULT_AROUND: u64 = 64 * 1024;
 /// reuses few distinct tokens and BPE gives frequent ones low, clustered ids (measured: 4096
 /// tokens of English touch ≈ 16 MiB of qwen2.5's 93 MiB table).
 pub const EMBD_WINDOWS_PER_SQRT_TOKEN: f64 = 4.0;
-/// Streamed weights read past the two layers in flight: each reader thread's page faults bring
-/// in up to a readahead window (`read_ahead_kb`, 8 MiB here) beyond where it stops, plus the
-/// window being read asynchronously — and never more than the layer after (the plan takes the
-/// smaller). Measured: 7B shape in 2 GiB, 8 layers pinned, cgroup peak 1935–2009 MiB where two
-/// layers in flight alone predict 1884 MiB.
-pub const STREAM_READAHEAD: u64 = crate::residency::READERS as u64 * 16 * MIB;
+/// Streamed bytes the readers may ask for past the stage computing (on top of the biggest
+/// stage, which they must be able to hold whole): enough to keep the disk busy while a
+/// resident stage computes.
+pub const STREAM_LOOKAHEAD: u64 = 64 * MIB;
+/// Streamed weights resident beyond what the readers asked for: each reader's last read fault
+/// brings in two huge-page folios and starts an asynchronous read of one more, and a stage's
+/// last folio stays until the next stage is dropped.
+pub const STREAM_READAHEAD: u64 = crate::residency::READERS as u64 * 8 * MIB;
 
 /// KV cache element precision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -164,6 +168,9 @@ pub struct ModelFacts {
     pub header_bytes: u64,
     /// `[n_layer]` bytes of each `blk.N.*` tensor group.
     pub layer_bytes: Vec<u64>,
+    /// Bytes of the biggest stage ([`stages`]: a block of rows of one group of a layer's
+    /// matrices, what streaming holds whole while it computes).
+    pub biggest_stage: u64,
     pub embd_bytes: u64,
     pub embd_row_bytes: u64,
     /// The output projection reuses the token embedding (it is then read whole every token).
@@ -179,6 +186,8 @@ pub struct ModelFacts {
 impl ModelFacts {
     pub fn from_gguf(f: &GgufFile) -> ModelFacts {
         let mut layer_bytes: Vec<u64> = Vec::new();
+        let mut groups: Vec<[u64; GROUPS]> = Vec::new();
+        let mut max_row = 0u64;
         let (mut embd_bytes, mut embd_rows, mut other) = (0u64, 1u64, 0u64);
         let mut output_tied = true;
         for t in &f.tensors {
@@ -190,8 +199,14 @@ impl ModelFacts {
             {
                 if layer_bytes.len() <= il {
                     layer_bytes.resize(il + 1, 0);
+                    groups.resize(il + 1, [0; GROUPS]);
                 }
                 layer_bytes[il] += t.size;
+                let suffix = t.name.splitn(3, '.').nth(2).unwrap_or("");
+                if let Some(g) = stages::group_of(suffix) {
+                    groups[il][g] += t.size;
+                    max_row = max_row.max(t.size / t.dims.get(1).copied().unwrap_or(1).max(1));
+                }
             } else if t.name == "token_embd.weight" {
                 embd_bytes = t.size;
                 embd_rows = t.dims.get(1).copied().unwrap_or(1).max(1);
@@ -205,10 +220,12 @@ impl ModelFacts {
         let strings = |k: &str| f.get_array(k).and_then(|a| a.as_strings()).unwrap_or(&[]);
         let toks = strings("tokenizer.ggml.tokens");
         let merges = strings("tokenizer.ggml.merges");
+        let max_group = std::array::from_fn(|g| groups.iter().map(|l| l[g]).max().unwrap_or(0));
         ModelFacts {
             file_bytes: f.file_len(),
             header_bytes: f.data_offset,
             layer_bytes,
+            biggest_stage: stages::plan(max_group, max_row).1,
             embd_bytes,
             embd_row_bytes: embd_bytes / embd_rows,
             output_tied,
@@ -294,8 +311,8 @@ pub fn kv_bytes(s: &Shape, kv: KvType, n_ctx: usize, n_ubatch: usize, windowed: 
 
 /// Weight bytes resident under `r`: the whole file when every page is read each token (tied
 /// output) or prefaulted; otherwise the layers, the other tensors and the embedding rows touched
-/// (each with its fault-around neighbourhood). Streaming keeps `pinned` layers plus the one
-/// computing, the one being read ahead and the readahead past it ([`STREAM_READAHEAD`]).
+/// (each with its fault-around neighbourhood). Streaming keeps `pinned` layers plus the
+/// readers' window ([`stream_window`]) and the readahead past it ([`STREAM_READAHEAD`]).
 pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
     let embd_touched =
         if m.output_tied || matches!(r.residency, Residency::Populate | Residency::Mlock) {
@@ -309,9 +326,8 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
     match r.residency {
         Residency::Stream => {
             let pinned = r.pinned_layers.min(s.n_layer);
-            let biggest = m.layer_bytes.iter().copied().max().unwrap_or(0);
             let streamed = if pinned < s.n_layer {
-                2 * biggest + STREAM_READAHEAD.min(biggest)
+                stream_window(m) + STREAM_READAHEAD.min(biggest_layer(m))
             } else {
                 0
             };
@@ -323,6 +339,16 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
         }
         _ => fixed + m.layers_total(),
     }
+}
+
+/// Most streamed bytes the reader threads hold from the stage computing on: the biggest stage
+/// and [`STREAM_LOOKAHEAD`] past it, at most a layer past it on small models.
+pub fn stream_window(m: &ModelFacts) -> u64 {
+    m.biggest_stage + STREAM_LOOKAHEAD.min(biggest_layer(m))
+}
+
+fn biggest_layer(m: &ModelFacts) -> u64 {
+    m.layer_bytes.iter().copied().max().unwrap_or(0)
 }
 
 /// Activation arena of `model::Context` for `n_ubatch` tokens (the `Scratch` formulas) plus the
@@ -631,6 +657,7 @@ pub(crate) mod tests {
             file_bytes: 4_682_436_000,
             header_bytes: 6 << 20,
             layer_bytes: vec![140_000_000; 28],
+            biggest_stage: 15_400_000,
             embd_bytes: 306_000_000,
             embd_row_bytes: 2016,
             output_tied: false,

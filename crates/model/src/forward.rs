@@ -14,7 +14,7 @@ use crate::config::ModelConfig;
 use crate::attention::{attention, scratch_floats};
 use crate::kv::{KvCache, KvType, SeqId};
 use crate::ops::{self, RopeTable};
-use crate::weights::Mat;
+use crate::weights::{LayerWeights, Mat};
 use crate::{Model, ModelError};
 
 /// Tokens to run, each with its position, sequence and whether its logits are wanted.
@@ -115,7 +115,7 @@ pub struct Context {
     /// [n_outputs_max][n_vocab]
     logits: Vec<f32>,
     n_logits: usize,
-    /// Called around every layer (weight streaming); set once, after creation.
+    /// Called around every stage of every layer (weight streaming); set once, after creation.
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
 }
 
@@ -222,15 +222,14 @@ impl Context {
 
         let observer = self.observer.get().cloned();
         for (il, lw) in w.layers.iter().enumerate() {
-            if let Some(o) = &observer {
-                o.before_layer(il);
-            }
+            // Each matrix group's matmul, reported to the observer stage by stage.
+            let gm = GroupMm { pool, file, obs: observer.as_deref(), il, blocks: &w.stage_blocks };
             let la = c.layers[il];
             // Attention block.
             for t in 0..n {
                 ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps);
             }
-            mm_shared_input(pool, file, &[&lw.wq, &lw.wk, &lw.wv], &s.xn[..n * d], n, &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]], &mut s.qbuf)?;
+            gm.run(lw, 0, &s.xn[..n * d], n, &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]], &mut s.qbuf)?;
             for t in 0..n {
                 let (q, k, v) = (&mut s.q[t * qd..(t + 1) * qd], &mut s.k[t * kvd..(t + 1) * kvd], &mut s.v[t * kvd..(t + 1) * kvd]);
                 if let Some(b) = &lw.bq {
@@ -255,7 +254,7 @@ impl Context {
             for t in b0..b1 {
                 self.kv.evict(batch.seq[t], il, batch.pos[t]);
             }
-            mm(pool, file, &lw.wo, &s.att[..n * qd], n, &mut s.xn[..n * d], &mut s.qbuf)?;
+            gm.run(lw, 1, &s.att[..n * qd], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)?;
             for t in 0..n {
                 let o = &mut s.xn[t * d..(t + 1) * d];
                 if let Some(pn) = &lw.post_attn_norm {
@@ -268,18 +267,15 @@ impl Context {
             for t in 0..n {
                 ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps);
             }
-            mm_shared_input(pool, file, &[&lw.gate, &lw.up], &s.xn[..n * d], n, &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]], &mut s.qbuf)?;
+            gm.run(lw, 2, &s.xn[..n * d], n, &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]], &mut s.qbuf)?;
             ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
-            mm(pool, file, &lw.down, &s.gate[..n * ff], n, &mut s.xn[..n * d], &mut s.qbuf)?;
+            gm.run(lw, 3, &s.gate[..n * ff], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)?;
             for t in 0..n {
                 let o = &mut s.xn[t * d..(t + 1) * d];
                 if let Some(pn) = &lw.post_ffn_norm {
                     ops::rms_norm(o, pn, c.rms_eps);
                 }
                 ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
-            }
-            if let Some(o) = &observer {
-                o.after_layer(il);
             }
         }
 
@@ -304,6 +300,53 @@ impl Context {
                 }
             }
             self.n_logits += n_out;
+        }
+        Ok(())
+    }
+}
+
+/// Multiplies by one layer's matrix groups (`memory::stages`), telling the observer around each
+/// stage (a block of the group's rows).
+struct GroupMm<'a> {
+    pool: &'a ThreadPool,
+    file: &'a [u8],
+    obs: Option<&'a dyn memory::residency::LayerObserver>,
+    il: usize,
+    /// Blocks per group.
+    blocks: &'a [usize; memory::stages::GROUPS],
+}
+
+impl GroupMm<'_> {
+    /// `ys[i] = x · group g's i-th matrix` for `m` tokens. A streamed layer computing one token
+    /// goes block by block: each block's rows are read, used and dropped before the next, so
+    /// streaming holds one block of the group, not all of it. Otherwise the group is one
+    /// matmul, and its stages are reported done together.
+    fn run(&self, lw: &LayerWeights, g: usize, x: &[f32], m: usize, ys: &mut [&mut [f32]], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+        let (mats, n) = lw.group(g);
+        let nb = self.blocks[g];
+        let first: usize = self.blocks[..g].iter().sum();
+        let Some(o) = self.obs else {
+            return mm_shared_input(self.pool, self.file, &[&mats[0], &mats[1], &mats[2]][..n], x, m, ys, qbuf);
+        };
+        if m == 1 && nb > 1 && o.streams(self.il) {
+            for b in 0..nb {
+                o.before_stage(self.il, first + b);
+                let mut blk = mats;
+                let mut parts: [&mut [f32]; 3] = [&mut [], &mut [], &mut []];
+                for ((w, part), y) in blk.iter_mut().zip(parts.iter_mut()).zip(ys.iter_mut()) {
+                    let (r0, r1) = memory::stages::block_rows(w.rows, nb, b);
+                    *w = w.rows_slice(r0, r1);
+                    *part = &mut y[r0..r1];
+                }
+                mm_shared_input(self.pool, self.file, &[&blk[0], &blk[1], &blk[2]][..n], x, 1, &mut parts[..n], qbuf)?;
+                o.after_stage(self.il, first + b);
+            }
+            return Ok(());
+        }
+        o.before_stage(self.il, first);
+        mm_shared_input(self.pool, self.file, &[&mats[0], &mats[1], &mats[2]][..n], x, m, ys, qbuf)?;
+        for b in 0..nb {
+            o.after_stage(self.il, first + b);
         }
         Ok(())
     }

@@ -4,6 +4,8 @@
 //! f32 vectors at load.
 
 use gguf::{GgmlType, GgufFile, TensorInfo};
+use memory::residency::LayerStages;
+use memory::stages::{self, GROUPS};
 
 use crate::config::ModelConfig;
 use crate::ModelError;
@@ -73,6 +75,22 @@ pub struct Weights {
     /// Per-dimension RoPE divisors [n_rot / 2] (Llama 3 scaling), if the file has them.
     pub rope_freqs: Option<Vec<f32>>,
     pub layers: Vec<LayerWeights>,
+    /// Blocks of rows each matrix group is cut into for streaming (`memory::stages`), the same
+    /// for every layer.
+    pub stage_blocks: [usize; GROUPS],
+}
+
+impl LayerWeights {
+    /// The matrices of group `g` (`memory::stages`: q/k/v, attention output, gate/up, down), in
+    /// the order the forward pass multiplies by them, and how many there are.
+    pub fn group(&self, g: usize) -> ([Mat; 3], usize) {
+        match g {
+            0 => ([self.wq, self.wk, self.wv], 3),
+            1 => ([self.wo; 3], 1),
+            2 => ([self.gate, self.up, self.up], 2),
+            _ => ([self.down; 3], 1),
+        }
+    }
 }
 
 struct Loader<'a> {
@@ -168,7 +186,11 @@ impl Weights {
                 post_ffn_norm: l.req_if(c.spec.post_norms, &n("post_ffw_norm.weight"), d)?,
             });
         }
+        let max_group: [u64; GROUPS] = std::array::from_fn(|g| {
+            layers.iter().map(|l| { let (m, n) = l.group(g); m[..n].iter().map(|m| m.len as u64).sum::<u64>() }).max().unwrap_or(0)
+        });
         Ok(Weights {
+            stage_blocks: max_group.map(stages::blocks),
             tok_embd,
             output_norm: l.vec("output_norm.weight", d)?,
             output,
@@ -178,12 +200,27 @@ impl Weights {
         })
     }
 
-    /// Byte range `[start, end)` of layer `il`'s matrices in the file (for residency control).
-    pub fn layer_range(&self, il: usize) -> (usize, usize) {
+    /// Layer `il`'s matrices per stage, in the order the forward pass reads them: each group
+    /// (`memory::stages`) cut into [`Weights::stage_blocks`] blocks of rows, as byte ranges of
+    /// the file: what layer streaming reads ahead and drops.
+    pub fn layer_stages(&self, il: usize) -> LayerStages {
         let l = &self.layers[il];
-        let mats = [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down];
-        let start = mats.iter().map(|m| m.offset).min().unwrap_or(0);
-        let end = mats.iter().map(|m| m.offset + m.len).max().unwrap_or(0);
-        (start, end)
+        let mut out = Vec::new();
+        for (g, &nb) in self.stage_blocks.iter().enumerate() {
+            let (mats, n) = l.group(g);
+            for b in 0..nb {
+                out.push(
+                    mats[..n]
+                        .iter()
+                        .map(|m| {
+                            let (r0, r1) = stages::block_rows(m.rows, nb, b);
+                            let blk = m.rows_slice(r0, r1);
+                            (blk.offset, blk.offset + blk.len)
+                        })
+                        .collect(),
+                );
+            }
+        }
+        out
     }
 }
