@@ -355,6 +355,9 @@ impl GroupMm<'_> {
 /// Several matrices applied to the same input: when they share an activation format, the input
 /// is quantized once and the pool is handed the work once (`matmul_multi`); otherwise one call each.
 fn mm_shared_input(pool: &ThreadPool, file: &[u8], ws: &[&Mat], x: &[f32], m: usize, ys: &mut [&mut [f32]], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+    if let ([w], [y]) = (ws, &mut *ys) {
+        return mm(pool, file, w, x, m, y, qbuf);
+    }
     let vdt = quant::kernels::vec_dot_type(ws[0].ty);
     if ws.iter().all(|w| quant::kernels::vec_dot_type(w.ty) == vdt) {
         let mut refs = [MatRef { ty: ws[0].ty, data: &[], rows: 0, cols: 0 }; quant::kernels::MAX_MULTI];
