@@ -42,9 +42,9 @@ pub const EMBD_WINDOWS_PER_SQRT_TOKEN: f64 = 4.0;
 /// resident stage computes.
 pub const STREAM_LOOKAHEAD: u64 = 64 * MIB;
 /// Streamed weights resident beyond what the readers asked for: each reader's last read fault
-/// brings in two huge-page folios and starts an asynchronous read of one more, and a stage's
-/// last folio stays until the next stage is dropped.
-pub const STREAM_READAHEAD: u64 = crate::residency::READERS as u64 * 8 * MIB;
+/// brings in two huge-page folios past its claim at most, and a stage's last folio stays until
+/// the next stage is dropped.
+pub const STREAM_READAHEAD: u64 = crate::residency::READERS as u64 * 4 * MIB;
 
 /// KV cache element precision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -285,8 +285,9 @@ fn must_drop_cache(r: Reading, reserve: u64, biggest_layer: u64) -> bool {
     r.free() < reserve + CACHE_ROOM_LAYERS * biggest_layer
 }
 
-/// Streamed layers whose cache may stay charged to us before dropping it starts: two in flight
-/// (computing, read ahead) and two polls' worth of cold reads (a layer takes ≥ 100 ms from disk).
+/// Streamed layers whose cache may stay charged to us before dropping it starts: the readers'
+/// window (under a layer) and about two polls' worth of cold reads (a layer takes ≥ 100 ms from
+/// disk), with a layer to spare.
 const CACHE_ROOM_LAYERS: u64 = 4;
 
 /// `layers 5..24 now stream` / `layers 5..9 now pinned` / `no layer moved`.
