@@ -55,7 +55,8 @@ pub type LayerStages = Vec<Vec<(usize, usize)>>;
 pub trait LayerObserver: Send + Sync {
     fn before_stage(&self, il: usize, st: usize);
     fn after_stage(&self, il: usize, st: usize);
-    /// Whether layer `il` streams now (the forward pass then computes it stage by stage).
+    /// Whether layer `il`'s stages are dropped after use now (the forward pass then computes
+    /// it stage by stage, so that only a stage of it is held at once).
     fn streams(&self, il: usize) -> bool;
 }
 
@@ -634,7 +635,9 @@ impl Streamer {
 
 impl LayerObserver for Streamer {
     fn streams(&self, il: usize) -> bool {
-        self.shared.streams(il)
+        // Kept mapped (a warm cache charged elsewhere), a streamed layer costs no more held whole,
+        // and one matmul per group is cheaper than one per block.
+        self.shared.streams(il) && self.release() != Release::KeepMapped
     }
 
     fn before_stage(&self, il: usize, st: usize) {
