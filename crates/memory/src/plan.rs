@@ -19,11 +19,12 @@ pub const FIXED_OVERHEAD: u64 = 6 * MIB;
 /// Each worker thread: touched stack plus its allocator arena (measured ≈ 0.3 MiB).
 pub const PER_THREAD: u64 = 320 * 1024;
 /// Tokenizer heap per vocabulary entry beyond its text: its span in the GGUF metadata's string
-/// array (8 bytes) and its type there (4), the tokenizer's text offset (4), index slots (4/3 × 8),
-/// attribute (2) and piece offset (4) — 33 bytes; SentencePiece vocabularies add a score in the
-/// metadata and in the tokenizer (8), which the header facts do not tell apart, so this covers
-/// both (measured: qwen2.5 BPE 31.6, gemma3 SPM 40.9 bytes a token).
-pub const TOK_PER_TOKEN: u64 = 40;
+/// array (8 bytes) and its type there (4), the tokenizer's own text span (8), index slots
+/// (4/3 × 8), attribute (2) and piece offset (4) — 37 bytes; SentencePiece vocabularies add a
+/// score in the metadata and in the tokenizer (8), which the header facts do not tell apart, so
+/// this covers both (measured with 4-byte text offsets: qwen2.5 BPE 31.6, gemma3 SPM 40.9 bytes
+/// a token; the spans add 4).
+pub const TOK_PER_TOKEN: u64 = 44;
 /// Tokenizer heap per byte of token text: stored once in the metadata's string array, once in the
 /// tokenizer's texts and once more as the detokenized piece.
 pub const TOK_PER_TEXT_BYTE: u64 = 3;
@@ -225,7 +226,7 @@ impl ModelFacts {
             file_bytes: f.file_len(),
             header_bytes: f.data_offset,
             layer_bytes,
-            biggest_stage: stages::plan(max_group, max_row).1,
+            biggest_stage: stages::biggest_stage(max_group, max_row),
             embd_bytes,
             embd_row_bytes: embd_bytes / embd_rows,
             output_tied,
@@ -378,7 +379,8 @@ pub fn arena_bytes(s: &Shape, r: &Request) -> u64 {
 }
 
 /// Heap held by the tokenizer and the parsed GGUF metadata (measured after `Tokenizer::from_gguf`:
-/// qwen2.5 15.3 MiB, predicted 16.5; gemma3 16.9 MiB, predicted 16.6).
+/// qwen2.5 15.3 MiB, gemma3 16.9 MiB with 4-byte text offsets; the spans that replaced them add
+/// 4 bytes a token: 15.9 and 17.9 MiB, predicted 17.1 and 17.6).
 pub fn tokenizer_bytes(m: &ModelFacts) -> u64 {
     m.n_tokens * TOK_PER_TOKEN
         + m.token_text_bytes * TOK_PER_TEXT_BYTE

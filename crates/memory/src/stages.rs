@@ -36,15 +36,14 @@ pub fn block_rows(rows: usize, nb: usize, b: usize) -> (usize, usize) {
     (rows * b / nb, rows * (b + 1) / nb)
 }
 
-/// Blocks per group for groups whose biggest instances have `max_group_bytes`, and the bytes of
-/// the biggest stage they make (a block holds at most one row per matrix more than its share).
-pub fn plan(max_group_bytes: [u64; GROUPS], max_row_bytes: u64) -> ([usize; GROUPS], u64) {
-    let nb = max_group_bytes.map(blocks);
-    let biggest = (0..GROUPS)
-        .map(|g| max_group_bytes[g].div_ceil(nb[g] as u64) + 3 * max_row_bytes)
+/// Bytes of the biggest stage when the biggest group of each kind has `max_group_bytes` (a block
+/// holds at most one row per matrix more than its share).
+pub fn biggest_stage(max_group_bytes: [u64; GROUPS], max_row_bytes: u64) -> u64 {
+    max_group_bytes
+        .iter()
+        .map(|&g| g.div_ceil(blocks(g) as u64) + 3 * max_row_bytes)
         .max()
-        .unwrap_or(0);
-    (nb, biggest)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -54,8 +53,9 @@ mod tests {
     #[test]
     fn blocks_cover_every_row_once_and_stay_under_the_stage_size() {
         // 7B shape: gate+up 2 × 38.2 MB, down 55.7 MB, q/k/v 9.8 MB, output 7.2 MB.
-        let (nb, biggest) = plan([9_762_816, 7_225_344, 76_382_208, 55_695_360], 15_232);
-        assert_eq!(nb, [1, 1, 5, 4]);
+        let groups = [9_762_816, 7_225_344, 76_382_208, 55_695_360];
+        let biggest = biggest_stage(groups, 15_232);
+        assert_eq!(groups.map(blocks), [1, 1, 5, 4]);
         assert!(biggest <= STAGE_BYTES && biggest > 76_382_208 / 5, "{biggest}");
         for rows in [1, 7, 512, 18944] {
             for nb in 1..9 {

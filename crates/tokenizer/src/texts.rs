@@ -1,13 +1,15 @@
-//! Token texts stored once: all of them back to back in one `String` with `[n_vocab + 1]` u32
-//! offsets, and an open-addressing index from text to id whose slots hold the text's hash and
-//! its id — the keys are the texts themselves, never a `String` per token.
+//! Token texts stored once, in a [`gguf::StrArray`] (all of them back to back in one `String`,
+//! a span per token), and an open-addressing index from text to id whose slots hold the text's
+//! hash and its id — the keys are the texts themselves, never a `String` per token.
 //!
-//! Cost: the text plus 4 bytes of offset per token, and 8 bytes per index slot with 4/3 slots
-//! per token (≈ 14.7 bytes a token in all, against ≈ 140 for a `Vec<String>` plus a
+//! Cost: the text plus 8 bytes of span per token, and 8 bytes per index slot with 4/3 slots
+//! per token (≈ 18.7 bytes a token in all, against ≈ 140 for a `Vec<String>` plus a
 //! `HashMap<String, u32>` on qwen2.5's vocabulary). A lookup hashes the text once and compares hashes along a short
 //! linear probe (load factor 3/4); only a slot with an equal hash compares text.
 
 use std::hash::Hasher;
+
+use gguf::StrArray;
 
 use crate::fxhash::FxHasher;
 
@@ -38,10 +40,8 @@ pub enum PushError {
 /// The vocabulary's texts and the index from text to id.
 #[derive(Debug)]
 pub struct TokenTexts {
-    /// Every token's text, concatenated in id order.
-    text: String,
-    /// `[n + 1]` offsets: token `i` is `text[off[i]..off[i + 1]]`.
-    off: Vec<u32>,
+    /// Every token's text, in id order.
+    texts: StrArray,
     /// `[n + n / 3 + 1]` slots, probed linearly from the hash's home slot.
     slots: Vec<Slot>,
 }
@@ -55,11 +55,8 @@ fn hash(s: &str) -> u32 {
 impl TokenTexts {
     /// Room for `n` tokens of `text_bytes` bytes together (`n` < `u32::MAX`).
     pub fn with_capacity(n: usize, text_bytes: usize) -> TokenTexts {
-        let mut off = Vec::with_capacity(n + 1);
-        off.push(0);
         TokenTexts {
-            text: String::with_capacity(text_bytes),
-            off,
+            texts: StrArray::with_capacity(n, text_bytes),
             slots: vec![EMPTY; n + n / 3 + 1],
         }
     }
@@ -68,7 +65,7 @@ impl TokenTexts {
     /// for works, with longer probes, until the index is full.
     pub fn push(&mut self, s: &str) -> Result<u32, PushError> {
         let id = self.len() as u32;
-        if self.len() + 1 >= self.slots.len() || self.text.len() + s.len() > u32::MAX as usize {
+        if self.len() + 1 >= self.slots.len() {
             return Err(PushError::Full);
         }
         let h = hash(s);
@@ -83,20 +80,19 @@ impl TokenTexts {
             }
             i = self.next(i);
         }
+        self.texts.try_push(s).ok_or(PushError::Full)?;
         self.slots[i] = Slot { hash: h, id };
-        self.text.push_str(s);
-        self.off.push(self.text.len() as u32);
         Ok(id)
     }
 
     /// Number of tokens.
     pub fn len(&self) -> usize {
-        self.off.len() - 1
+        self.texts.len()
     }
 
     /// Text of token `id`.
     pub fn get(&self, id: u32) -> Option<&str> {
-        ((id as usize) < self.len()).then(|| self.text_of(id))
+        self.texts.get(id as usize)
     }
 
     /// The id of a token given its exact text.
@@ -117,14 +113,11 @@ impl TokenTexts {
 
     /// Texts in id order.
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
-        self.off
-            .windows(2)
-            .map(|w| &self.text[w[0] as usize..w[1] as usize])
+        self.texts.iter()
     }
 
     fn text_of(&self, id: u32) -> &str {
-        let i = id as usize;
-        &self.text[self.off[i] as usize..self.off[i + 1] as usize]
+        self.texts.get(id as usize).unwrap_or_default()
     }
 
     /// The slot a hash starts probing at: the hash scaled onto the slot count.
