@@ -1,51 +1,15 @@
 //! A decoded token allocates nothing: `Context::decode` of a one-token batch plus
-//! `Sampler::sample` run under a counting global allocator after warm-up.
+//! `Sampler::sample` run under a counting global allocator (`alloc-count`) after warm-up.
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use engine::{Sampler, SamplerParams};
 use model::{Batch, Context, ContextParams, Model};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
 
 fn model(alias: &str) -> Arc<Model> {
     Arc::new(Model::load(common::model(alias)).expect("model loads"))
@@ -92,13 +56,11 @@ fn decode_allocations(alias: &str, n_threads: usize) {
     for _ in 0..4 {
         step(&mut ctx, &mut sampler, &mut batch, &mut tok, &mut pos);
     }
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    let before = alloc_count::allocations();
     for _ in 0..24 {
         step(&mut ctx, &mut sampler, &mut batch, &mut tok, &mut pos);
     }
-    COUNTING.store(false, Ordering::Relaxed);
-    let n = ALLOCS.load(Ordering::Relaxed);
+    let n = alloc_count::allocations() - before;
     assert_eq!(
         n, 0,
         "{alias}: {n} heap allocations in 24 decoded tokens ({n_threads} threads)"

@@ -1,40 +1,22 @@
 //! The decode and prefill loops must not allocate: after one warm-up call, `matmul` (activation
 //! quantization into the caller's scratch, the pool hand-off, the kernels) allocates nothing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use quant::kernels::{matmul, MatRef};
 use quant::threads::ThreadPool;
 use quant::GgmlType;
 
-/// Counts every allocation in this test binary (all threads).
-struct Counting;
-
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts the allocations of the test's thread and the pool's worker (`alloc-count`).
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
 
 #[test]
 fn matmul_allocates_nothing_after_warm_up() {
     let pool = ThreadPool::new(2);
     // Thread start-up allocates (std's per-thread info); wait until the worker has really run a
     // share itself (the caller takes over the share of a worker that has not started yet).
-    let worker_ran = std::sync::atomic::AtomicBool::new(false);
+    let worker_ran = AtomicBool::new(false);
     while !worker_ran.load(Ordering::Relaxed) {
         pool.run(|ith, _| {
             if ith == 1 && std::thread::current().name() == Some("snug-worker-1") {
@@ -56,11 +38,11 @@ fn matmul_allocates_nothing_after_warm_up() {
             let mut y = vec![0f32; m * rows];
             let mut scratch = Vec::new();
             matmul(&pool, mat, &x, m, &mut y, &mut scratch).unwrap();
-            let before = ALLOCS.load(Ordering::Relaxed);
+            let before = alloc_count::allocations();
             for _ in 0..20 {
                 matmul(&pool, mat, &x, m, &mut y, &mut scratch).unwrap();
             }
-            let n = ALLOCS.load(Ordering::Relaxed) - before;
+            let n = alloc_count::allocations() - before;
             assert_eq!(n, 0, "{ty} m={m}: {n} allocations in 20 steady-state calls");
         }
     }
