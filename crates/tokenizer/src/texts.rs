@@ -69,17 +69,7 @@ impl TokenTexts {
             return Err(PushError::Full);
         }
         let h = hash(s);
-        let mut i = self.home(h);
-        loop {
-            let slot = self.slots[i];
-            if slot.id == EMPTY.id {
-                break;
-            }
-            if slot.hash == h && self.text_of(slot.id) == s {
-                return Err(PushError::Duplicate(slot.id));
-            }
-            i = self.next(i);
-        }
+        let i = self.probe(h, s).map_err(PushError::Duplicate)?;
         self.texts.try_push(s).ok_or(PushError::Full)?;
         self.slots[i] = Slot { hash: h, id };
         Ok(id)
@@ -97,18 +87,7 @@ impl TokenTexts {
 
     /// The id of a token given its exact text.
     pub fn find(&self, s: &str) -> Option<u32> {
-        let h = hash(s);
-        let mut i = self.home(h);
-        loop {
-            let slot = self.slots[i];
-            if slot.id == EMPTY.id {
-                return None;
-            }
-            if slot.hash == h && self.text_of(slot.id) == s {
-                return Some(slot.id);
-            }
-            i = self.next(i);
-        }
+        self.probe(hash(s), s).err()
     }
 
     /// Texts in id order.
@@ -116,8 +95,20 @@ impl TokenTexts {
         self.texts.iter()
     }
 
-    fn text_of(&self, id: u32) -> &str {
-        self.texts.get(id as usize).unwrap_or_default()
+    /// Walks the probe sequence of hash `h`: `Err(id)` of the token whose text is `s`, or
+    /// `Ok(i)` of the empty slot where `s` would go (one always stays empty, so the walk ends).
+    fn probe(&self, h: u32, s: &str) -> Result<usize, u32> {
+        let mut i = self.home(h);
+        loop {
+            let slot = self.slots[i];
+            if slot.id == EMPTY.id {
+                return Ok(i);
+            }
+            if slot.hash == h && self.get(slot.id) == Some(s) {
+                return Err(slot.id);
+            }
+            i = self.next(i);
+        }
     }
 
     /// The slot a hash starts probing at: the hash scaled onto the slot count.
