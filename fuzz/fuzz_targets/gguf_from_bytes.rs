@@ -34,8 +34,12 @@ fn rewrite(f: &GgufFile) -> Vec<u8> {
         w.add_kv(k.clone(), v.clone());
     }
     for t in &f.tensors {
-        w.add_tensor(TensorSpec { name: t.name.clone(), dims: t.dims.clone(), ggml_type: t.ggml_type })
-            .expect("a parsed tensor is writable");
+        w.add_tensor(TensorSpec {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            ggml_type: t.ggml_type,
+        })
+        .expect("a parsed tensor is writable");
     }
     w.write_header().expect("write header");
     for t in &f.tensors {

@@ -42,7 +42,13 @@ pub struct BenchCmd {
 /// (the embedding contributes one row).
 pub fn weight_bytes_per_token(model: &Model) -> u64 {
     let w = &model.weights;
-    let layers: u64 = w.layers.iter().map(|l| [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down].iter().map(|m| m.len as u64).sum::<u64>()).sum();
+    let layers: u64 = w
+        .layers
+        .iter()
+        .map(|l| {
+            [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down].iter().map(|m| m.len as u64).sum::<u64>()
+        })
+        .sum();
     layers + w.output.len as u64 + w.tok_embd.row_bytes() as u64
 }
 
@@ -55,17 +61,23 @@ pub fn measure_read_bandwidth(pool: &ThreadPool, buf: &[u8], passes: usize) -> V
     (0..=passes)
         .map(|_| {
             let t = Instant::now();
-            let sums: Vec<std::sync::atomic::AtomicU64> = (0..pool.n_threads()).map(|_| Default::default()).collect();
+            let sums: Vec<std::sync::atomic::AtomicU64> =
+                (0..pool.n_threads()).map(|_| Default::default()).collect();
             pool.run(|ith, nth| {
                 let chunk = (words / 8).div_ceil(nth) * 64;
                 let part = &buf[(ith * chunk).min(words * 8)..((ith + 1) * chunk).min(words * 8)];
                 let mut acc = [0u64; 8];
                 for c in part.chunks_exact(64) {
                     for (j, a) in acc.iter_mut().enumerate() {
-                        *a = a.wrapping_add(u64::from_ne_bytes(c[8 * j..8 * j + 8].try_into().unwrap()));
+                        *a = a.wrapping_add(u64::from_ne_bytes(
+                            c[8 * j..8 * j + 8].try_into().unwrap(),
+                        ));
                     }
                 }
-                sums[ith].store(acc.iter().fold(0u64, |a, &b| a.wrapping_add(b)), std::sync::atomic::Ordering::Relaxed);
+                sums[ith].store(
+                    acc.iter().fold(0u64, |a, &b| a.wrapping_add(b)),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             });
             std::hint::black_box(&sums);
             (words * 8) as f64 / t.elapsed().as_secs_f64()
@@ -151,7 +163,9 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     // memory budget had to cap (down to 64 MiB, twice this L3). Streamed weights are not all in
     // memory, so a streaming run reads an anonymous buffer instead.
     let file = model.file.bytes();
-    let rates = if planned.request.residency != memory::plan::Residency::Stream && file.len() >= 256 << 20 {
+    let rates = if planned.request.residency != memory::plan::Residency::Stream
+        && file.len() >= 256 << 20
+    {
         measure_read_bandwidth(ctx.pool(), &file[..file.len().min(1 << 30)], 5)
     } else {
         let spare = planned.budget.bytes.saturating_sub(planned.prediction.total) / 2;
@@ -186,12 +200,32 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     if cmd.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("model {} ({}), {} threads, kernels {}", cmd.model, model.config.arch.name(), threads, out["kernels"].as_str().unwrap_or(""));
+        println!(
+            "model {} ({}), {} threads, kernels {}",
+            cmd.model,
+            model.config.arch.name(),
+            threads,
+            out["kernels"].as_str().unwrap_or("")
+        );
         if !pp.is_empty() {
-            println!("pp{:<6} {:>8.1} tok/s (min {:.1}, max {:.1})", cmd.n_prompt, pp_med, out["pp"]["min"].as_f64().unwrap_or(0.0), out["pp"]["max"].as_f64().unwrap_or(0.0));
+            println!(
+                "pp{:<6} {:>8.1} tok/s (min {:.1}, max {:.1})",
+                cmd.n_prompt,
+                pp_med,
+                out["pp"]["min"].as_f64().unwrap_or(0.0),
+                out["pp"]["max"].as_f64().unwrap_or(0.0)
+            );
         }
         if !tg.is_empty() {
-            println!("tg{:<6} {:>8.2} tok/s at depth {} ({}) (min {:.2}, max {:.2})", cmd.n_gen, tg_med, cmd.depth, out["memory"].as_str().unwrap_or(""), out["tg"]["min"].as_f64().unwrap_or(0.0), out["tg"]["max"].as_f64().unwrap_or(0.0));
+            println!(
+                "tg{:<6} {:>8.2} tok/s at depth {} ({}) (min {:.2}, max {:.2})",
+                cmd.n_gen,
+                tg_med,
+                cmd.depth,
+                out["memory"].as_str().unwrap_or(""),
+                out["tg"]["min"].as_f64().unwrap_or(0.0),
+                out["tg"]["max"].as_f64().unwrap_or(0.0)
+            );
         }
         println!(
             "decode streams {:.1} MB of weights per token = {:.2} GB/s; machine read bandwidth {:.2} GB/s ({:.0}%)",

@@ -46,13 +46,18 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = Arc::clone(&interrupted);
-        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the Ctrl-C handler")?;
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
     }
     let gen = GenerateParams { n_predict: cmd.n_predict, ..Default::default() };
-    let mut messages: Vec<ChatMessage> = cmd.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
+    let mut messages: Vec<ChatMessage> =
+        cmd.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
     let stdin = std::io::stdin();
     let mut line = String::new();
-    eprintln!("chatting with {} — /reset to start over, /exit to quit, Ctrl-C stops an answer", cmd.model);
+    eprintln!(
+        "chatting with {} — /reset to start over, /exit to quit, Ctrl-C stops an answer",
+        cmd.model
+    );
     loop {
         eprint!("> ");
         let _ = std::io::stderr().flush();

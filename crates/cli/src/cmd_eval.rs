@@ -37,7 +37,8 @@ pub struct EvalCmd {
 }
 
 pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&cmd.prompt_file).with_context(|| format!("reading {}", cmd.prompt_file.display()))?;
+    let text = std::fs::read_to_string(&cmd.prompt_file)
+        .with_context(|| format!("reading {}", cmd.prompt_file.display()))?;
     if cmd.top_k == 0 {
         anyhow::bail!("--top-k must be at least 1");
     }
@@ -48,7 +49,10 @@ pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
     }
     if let Some(f) = &cmd.force_tokens {
         if let Some(bad) = f.iter().find(|&&t| t as usize >= tok.n_vocab()) {
-            anyhow::bail!("--force-tokens: token {bad} is outside the vocabulary of {}", tok.n_vocab());
+            anyhow::bail!(
+                "--force-tokens: token {bad} is outside the vocabulary of {}",
+                tok.n_vocab()
+            );
         }
     }
     let n_gen = cmd.force_tokens.as_ref().map_or(cmd.n_predict, |f| f.len());
@@ -62,8 +66,19 @@ pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(&model), params);
-    let r = engine::evaluate(&mut ctx, 0, &prompt, cmd.n_predict, cmd.top_k, cmd.force_tokens.as_deref())?;
-    let hex = |ids: &[u32]| -> Vec<String> { ids.iter().map(|&t| tok.token_piece(t).iter().map(|b| format!("{b:02x}")).collect()).collect() };
+    let r = engine::evaluate(
+        &mut ctx,
+        0,
+        &prompt,
+        cmd.n_predict,
+        cmd.top_k,
+        cmd.force_tokens.as_deref(),
+    )?;
+    let hex = |ids: &[u32]| -> Vec<String> {
+        ids.iter()
+            .map(|&t| tok.token_piece(t).iter().map(|b| format!("{b:02x}")).collect())
+            .collect()
+    };
     let positions: Vec<_> = r
         .positions
         .iter()

@@ -31,10 +31,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         j["file"] = json!(path.display().to_string());
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
-        print!(
-            "{}",
-            report.text(&f, &path.display().to_string(), !args.no_tensors)
-        );
+        print!("{}", report.text(&f, &path.display().to_string(), !args.no_tensors));
     }
     Ok(())
 }
@@ -73,8 +70,7 @@ impl Report {
 
     /// Keys shown under "hyper-parameters": everything under `<arch>.`.
     fn is_hparam(&self, key: &str) -> bool {
-        key.strip_prefix(self.arch.as_str())
-            .is_some_and(|r| r.starts_with('.'))
+        key.strip_prefix(self.arch.as_str()).is_some_and(|r| r.starts_with('.'))
     }
 
     fn text(&self, f: &GgufFile, path: &str, tensors: bool) -> String {
@@ -82,12 +78,8 @@ impl Report {
         let mut s = String::new();
         let w = &mut s;
         let _ = writeln!(w, "file          {path}");
-        let _ = writeln!(
-            w,
-            "size          {} ({})",
-            group(f.file_len()),
-            human_bytes(f.file_len())
-        );
+        let _ =
+            writeln!(w, "size          {} ({})", group(f.file_len()), human_bytes(f.file_len()));
         let _ = writeln!(
             w,
             "gguf          v{}, alignment {}, {} metadata keys, {} tensors, data at byte {}",
@@ -130,13 +122,7 @@ impl Report {
         }
 
         if tensors {
-            let name_w = f
-                .tensors
-                .iter()
-                .map(|t| t.name.len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
+            let name_w = f.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
             let _ = writeln!(w, "\ntensors");
             let _ = writeln!(
                 w,
@@ -185,11 +171,8 @@ impl Report {
     }
 
     fn json(&self, f: &GgufFile, tensors: bool) -> Json {
-        let meta: Map<String, Json> = f
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), value_json(v)))
-            .collect();
+        let meta: Map<String, Json> =
+            f.metadata.iter().map(|(k, v)| (k.clone(), value_json(v))).collect();
         let totals: Vec<Json> = self
             .totals
             .iter()
@@ -237,9 +220,7 @@ struct TokSummary {
 
 impl TokSummary {
     fn new(f: &GgufFile) -> TokSummary {
-        let tokens = f
-            .get_array("tokenizer.ggml.tokens")
-            .and_then(Array::as_str_array);
+        let tokens = f.get_array("tokenizer.ggml.tokens").and_then(Array::as_str_array);
         let len = |k: &str| f.get_array(k).map(Array::len);
         let specials = [
             ("bos", "bos_token_id"),
@@ -253,11 +234,7 @@ impl TokSummary {
         .into_iter()
         .filter_map(|(label, key)| {
             let id = f.get_u64(&format!("tokenizer.ggml.{key}"))?;
-            Some((
-                label,
-                id,
-                tokens.and_then(|t| t.get(id as usize)).map(String::from),
-            ))
+            Some((label, id, tokens.and_then(|t| t.get(id as usize)).map(String::from)))
         })
         .collect();
         let flags = [("add_bos", "add_bos_token"), ("add_eos", "add_eos_token")]
@@ -272,9 +249,7 @@ impl TokSummary {
             scores: len("tokenizer.ggml.scores"),
             specials,
             flags,
-            chat_template_chars: f
-                .get_str("tokenizer.chat_template")
-                .map(|t| t.chars().count()),
+            chat_template_chars: f.get_str("tokenizer.chat_template").map(|t| t.chars().count()),
         }
     }
 
@@ -283,17 +258,12 @@ impl TokSummary {
         let mut put = |k: &str, v: String| out.push((k.to_string(), v));
         put(
             "model",
-            self.model
-                .clone()
-                .unwrap_or_else(|| "none (no tokenizer.ggml.model key)".into()),
+            self.model.clone().unwrap_or_else(|| "none (no tokenizer.ggml.model key)".into()),
         );
         if let Some(p) = &self.pre {
             put("pre", p.clone());
         }
-        put(
-            "vocab",
-            self.vocab.map_or("missing".into(), |n| group(n as u64)),
-        );
+        put("vocab", self.vocab.map_or("missing".into(), |n| group(n as u64)));
         for (k, v) in [("merges", self.merges), ("scores", self.scores)] {
             if let Some(n) = v {
                 put(k, group(n as u64));
@@ -304,8 +274,7 @@ impl TokSummary {
                 label,
                 format!(
                     "{id} {}",
-                    text.as_ref()
-                        .map_or("<out of range>".into(), |t| format!("{t:?}"))
+                    text.as_ref().map_or("<out of range>".into(), |t| format!("{t:?}"))
                 ),
             );
         }
@@ -337,11 +306,7 @@ impl TokSummary {
 
 /// `1536 × 151936` (ggml order: row length first).
 fn shape(t: &TensorInfo) -> String {
-    t.dims
-        .iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(" × ")
+    t.dims.iter().map(u64::to_string).collect::<Vec<_>>().join(" × ")
 }
 
 /// A metadata value on one line: long strings and arrays are summarised.
@@ -351,9 +316,7 @@ fn show(v: &Value) -> String {
         Value::Array(a) => show_array(a),
         Value::F32(x) => format!("{x}"),
         Value::F64(x) => format!("{x}"),
-        other => other
-            .as_i64()
-            .map_or_else(|| format!("{other:?}"), |i| i.to_string()),
+        other => other.as_i64().map_or_else(|| format!("{other:?}"), |i| i.to_string()),
     }
 }
 
@@ -374,21 +337,12 @@ fn show_array(a: &Array) -> String {
         Array::F32(v) => v.iter().take(HEAD).map(f32::to_string).collect(),
         Array::F64(v) => v.iter().take(HEAD).map(f64::to_string).collect(),
         Array::Array(v) => v.iter().take(HEAD).map(show_array).collect(),
-        other => other
-            .to_i64s()
-            .unwrap_or_default()
-            .iter()
-            .take(HEAD)
-            .map(i64::to_string)
-            .collect(),
+        other => {
+            other.to_i64s().unwrap_or_default().iter().take(HEAD).map(i64::to_string).collect()
+        }
     };
     let more = if a.len() > HEAD { ", …" } else { "" };
-    format!(
-        "[{} × {:?}] [{}{more}]",
-        group(a.len() as u64),
-        a.elem_type(),
-        head.join(", ")
-    )
+    format!("[{} × {:?}] [{}{more}]", group(a.len() as u64), a.elem_type(), head.join(", "))
 }
 
 /// JSON for one value; arrays longer than 64 become `{type, len, head}` so a 262k vocabulary
@@ -412,13 +366,9 @@ fn array_json(a: &Array) -> Json {
         Array::F64(v) => v.iter().take(FULL).map(|x| json!(x)).collect(),
         Array::Bool(v) => v.iter().take(FULL).map(|x| json!(x)).collect(),
         Array::Array(v) => v.iter().take(FULL).map(array_json).collect(),
-        other => other
-            .to_i64s()
-            .unwrap_or_default()
-            .into_iter()
-            .take(FULL)
-            .map(|x| json!(x))
-            .collect(),
+        other => {
+            other.to_i64s().unwrap_or_default().into_iter().take(FULL).map(|x| json!(x)).collect()
+        }
     };
     if a.len() <= FULL {
         Json::Array(items)
@@ -522,10 +472,7 @@ mod tests {
         w.add_kv("general.architecture", Value::String("llama".into()));
         w.add_kv("llama.block_count", Value::U32(2));
         w.add_kv("tokenizer.ggml.model", Value::String("gpt2".into()));
-        w.add_kv(
-            "tokenizer.ggml.tokens",
-            Value::Array(Array::String(vec!["a", "b"].into())),
-        );
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(vec!["a", "b"].into())));
         w.add_kv("tokenizer.ggml.bos_token_id", Value::U32(1));
         w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(7));
         let spec = |name: &str, dims: Vec<u64>, ggml_type| TensorSpec {
@@ -533,8 +480,7 @@ mod tests {
             dims,
             ggml_type,
         };
-        w.add_tensor(spec("a", vec![256, 2], GgmlType::Q4K))
-            .unwrap();
+        w.add_tensor(spec("a", vec![256, 2], GgmlType::Q4K)).unwrap();
         w.add_tensor(spec("b", vec![4], GgmlType::F32)).unwrap();
         w.write_header().unwrap();
         w.write_tensor(&[0u8; 288]).unwrap();

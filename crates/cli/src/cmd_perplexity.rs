@@ -34,11 +34,19 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
     if cmd.ctx < 4 {
         anyhow::bail!("--ctx must be at least 4");
     }
-    let text = std::fs::read_to_string(&cmd.file).with_context(|| format!("reading {}", cmd.file.display()))?;
+    let text = std::fs::read_to_string(&cmd.file)
+        .with_context(|| format!("reading {}", cmd.file.display()))?;
     let (model, tok) = load(&cmd.model)?;
     let tokens = tok.encode(&text, true, false);
     let rows = 128.min(cmd.ctx);
-    let mut params = ContextParams { n_ctx: cmd.ctx, n_ubatch: rows, n_outputs_max: rows, n_seq_max: 1, n_threads: cmd.threads.unwrap_or_else(default_threads), ..ContextParams::default() };
+    let mut params = ContextParams {
+        n_ctx: cmd.ctx,
+        n_ubatch: rows,
+        n_outputs_max: rows,
+        n_seq_max: 1,
+        n_threads: cmd.threads.unwrap_or_else(default_threads),
+        ..ContextParams::default()
+    };
     cmd.kv.apply(&mut params)?;
     let kv_label = cmd.kv.label()?;
     let mut ctx = Context::new(Arc::clone(&model), params);

@@ -182,20 +182,13 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     println!();
     let filled = a.tokens.map(|t| format!(", KV filled to {t} positions")).unwrap_or_default();
     println!("predicted peak RSS, weights mmap'd{filled} (* = fits)");
-    println!(
-        "{:>8}  {:>13}  {:>13}  {:>13}",
-        "ctx", "KV f16", "KV q8", "KV q4"
-    );
+    println!("{:>8}  {:>13}  {:>13}  {:>13}", "ctx", "KV f16", "KV q8", "KV q4");
     for &c in &ctxs {
         let row: Vec<String> = KvType::ALL
             .iter()
             .map(|&k| {
                 let t = cell(c, k);
-                format!(
-                    "{:>11} {}",
-                    fmt_bytes(t),
-                    if t <= usable { "*" } else { " " }
-                )
+                format!("{:>11} {}", fmt_bytes(t), if t <= usable { "*" } else { " " })
             })
             .collect();
         println!("{c:>8}  {}", row.join("  "));

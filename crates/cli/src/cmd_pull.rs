@@ -42,11 +42,7 @@ pub fn run(args: PullArgs) -> anyhow::Result<()> {
                 Ok(_) => format!("incomplete file at {}", path.display()),
                 Err(_) => "not pulled".to_string(),
             };
-            let default = if k.alias == hub::DEFAULT_MODEL {
-                " (default)"
-            } else {
-                ""
-            };
+            let default = if k.alias == hub::DEFAULT_MODEL { " (default)" } else { "" };
             println!(
                 "{:20} {:>6} MB  {}{default}\n{:20} {state}",
                 k.alias,

@@ -40,13 +40,18 @@ fn model_and_prompt(cmd: &RunCmd) -> anyhow::Result<(String, String)> {
     let pos = &cmd.positional;
     match (&cmd.prompt_file, pos.len()) {
         (Some(f), n) if n <= 1 => {
-            let prompt = std::fs::read_to_string(f).with_context(|| format!("reading the prompt file {}", f.display()))?;
+            let prompt = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the prompt file {}", f.display()))?;
             Ok((pos.first().cloned().unwrap_or_else(|| DEFAULT_MODEL.to_string()), prompt))
         }
-        (Some(_), _) => anyhow::bail!("give the prompt either as an argument or with --prompt-file, not both"),
+        (Some(_), _) => {
+            anyhow::bail!("give the prompt either as an argument or with --prompt-file, not both")
+        }
         (None, 2) => Ok((pos[0].clone(), pos[1].clone())),
         (None, 1) => Ok((DEFAULT_MODEL.to_string(), pos[0].clone())),
-        (None, _) => anyhow::bail!("no prompt: `snug run [MODEL] \"your prompt\"` or `snug run [MODEL] --prompt-file F`"),
+        (None, _) => anyhow::bail!(
+            "no prompt: `snug run [MODEL] \"your prompt\"` or `snug run [MODEL] --prompt-file F`"
+        ),
     }
 }
 
@@ -58,10 +63,15 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
-    let (params, planned) = cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + cmd.n_predict))?;
+    let (params, planned) =
+        cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + cmd.n_predict))?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
     let residence = planned.attach(&m.model, &m.path, session.context())?;
-    let gen = GenerateParams { n_predict: cmd.n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
+    let gen = GenerateParams {
+        n_predict: cmd.n_predict,
+        stop: cmd.stop.clone(),
+        ignore_eos: cmd.ignore_eos,
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let (_, stats) = session.generate(&tokens, &gen, |text| {

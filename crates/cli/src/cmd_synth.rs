@@ -35,10 +35,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let shape = synth::shape(&args.shape)
         .ok_or_else(|| synth::SynthError::UnknownShape(args.shape.clone()))?;
     let recipe = Recipe::parse(&args.quant).with_context(|| {
-        format!(
-            "unknown --quant {:?}: use q4_k_m, q8_0, f16 or f32",
-            args.quant
-        )
+        format!("unknown --quant {:?}: use q4_k_m, q8_0, f16 or f32", args.quant)
     })?;
     let tokenizer = match &args.tokenizer_from {
         Some(m) => {

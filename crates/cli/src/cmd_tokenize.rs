@@ -53,13 +53,18 @@ fn load(model: &str) -> anyhow::Result<Tokenizer> {
 pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
     let text = match (&args.text, &args.file) {
         (Some(t), None) => t.clone(),
-        (None, Some(p)) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        (None, Some(p)) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
         _ => bail!("give the text with --text TEXT or --file PATH"),
     };
     let tok = load(&args.model)?;
     let ids = tok.encode(&text, !args.no_bos, args.special);
     if args.json {
-        let pieces: Vec<String> = ids.iter().map(|&id| String::from_utf8_lossy(tok.token_piece(id)).into_owned()).collect();
+        let pieces: Vec<String> = ids
+            .iter()
+            .map(|&id| String::from_utf8_lossy(tok.token_piece(id)).into_owned())
+            .collect();
         println!("{}", json!({ "ids": ids, "pieces": pieces, "n_tokens": ids.len() }));
     } else if args.ids {
         let s: Vec<String> = ids.iter().map(|i| i.to_string()).collect();

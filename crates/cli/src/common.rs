@@ -92,9 +92,15 @@ pub struct Loaded {
 pub fn open(name: &str) -> anyhow::Result<Loaded> {
     let path = hub::resolve(name)?;
     let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let tok = Tokenizer::from_gguf(&model.file).with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    let tok = Tokenizer::from_gguf(&model.file)
+        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
     if tok.n_vocab() != model.config.n_vocab {
-        anyhow::bail!("{}: tokenizer has {} tokens but the model's embedding has {}", path.display(), tok.n_vocab(), model.config.n_vocab);
+        anyhow::bail!(
+            "{}: tokenizer has {} tokens but the model's embedding has {}",
+            path.display(),
+            tok.n_vocab(),
+            model.config.n_vocab
+        );
     }
     Ok(Loaded { path, model: Arc::new(model), tok: Arc::new(tok) })
 }
@@ -111,12 +117,26 @@ impl RunArgs {
     /// memory budget. Every verb that runs a model goes through here and then
     /// [`crate::mem_args::Planned::attach`], so `--ram`, `--load` and `--verbose` mean the same
     /// everywhere.
-    pub fn plan(&self, model: &Model, needed: usize, n_kv: Option<usize>) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
+    pub fn plan(
+        &self,
+        model: &Model,
+        needed: usize,
+        n_kv: Option<usize>,
+    ) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
         use crate::mem_args::{from_model_kv, plan_run, to_model_kv};
         let mut p = self.fixed_params(model, needed)?;
         let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
         let n_ctx_min = if self.kv.window.is_some() { 1 } else { needed };
-        let planned = plan_run(&self.mem, model, self.ctx, kv_given.then(|| from_model_kv(p.kv_k)), n_ctx_min, n_kv, p.n_ubatch, p.n_threads)?;
+        let planned = plan_run(
+            &self.mem,
+            model,
+            self.ctx,
+            kv_given.then(|| from_model_kv(p.kv_k)),
+            n_ctx_min,
+            n_kv,
+            p.n_ubatch,
+            p.n_threads,
+        )?;
         p.n_ctx = planned.request.n_ctx;
         if !kv_given {
             p.kv_k = to_model_kv(planned.request.kv);
@@ -140,7 +160,14 @@ impl RunArgs {
         if self.ubatch == 0 {
             anyhow::bail!("--ubatch must be at least 1");
         }
-        let mut p = ContextParams { n_ctx, n_ubatch: self.ubatch, n_outputs_max: 1, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
+        let mut p = ContextParams {
+            n_ctx,
+            n_ubatch: self.ubatch,
+            n_outputs_max: 1,
+            n_seq_max: 1,
+            n_threads: threads,
+            ..ContextParams::default()
+        };
         self.kv.apply(&mut p)?;
         Ok(p)
     }

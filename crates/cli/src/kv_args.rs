@@ -38,17 +38,11 @@ impl KvArgs {
     pub fn types(&self) -> anyhow::Result<(KvType, KvType)> {
         let parse = |flag: &str, s: &Option<String>| -> anyhow::Result<Option<KvType>> {
             s.as_deref()
-                .map(|v| {
-                    v.parse::<KvType>()
-                        .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
-                })
+                .map(|v| v.parse::<KvType>().map_err(|e| anyhow::anyhow!("--{flag}: {e}")))
                 .transpose()
         };
         let both = parse("kv", &self.kv)?.unwrap_or_default();
-        Ok((
-            parse("kv-k", &self.kv_k)?.unwrap_or(both),
-            parse("kv-v", &self.kv_v)?.unwrap_or(both),
-        ))
+        Ok((parse("kv-k", &self.kv_k)?.unwrap_or(both), parse("kv-v", &self.kv_v)?.unwrap_or(both)))
     }
 
     /// Short label such as `q8/q4` (keys/values).
@@ -77,25 +71,15 @@ mod tests {
 
     #[test]
     fn kv_sets_both_and_kv_k_kv_v_override_it() {
-        let a = KvArgs {
-            kv: Some("q8".into()),
-            kv_v: Some("q4".into()),
-            ..Default::default()
-        };
+        let a = KvArgs { kv: Some("q8".into()), kv_v: Some("q4".into()), ..Default::default() };
         assert_eq!(a.types().unwrap(), (KvType::Q8, KvType::Q4));
         assert_eq!(a.label().unwrap(), "q8/q4");
-        assert_eq!(
-            KvArgs::default().types().unwrap(),
-            (KvType::F16, KvType::F16)
-        );
+        assert_eq!(KvArgs::default().types().unwrap(), (KvType::F16, KvType::F16));
     }
 
     #[test]
     fn an_unknown_precision_names_the_flag_and_the_valid_values() {
-        let a = KvArgs {
-            kv_k: Some("q3".into()),
-            ..Default::default()
-        };
+        let a = KvArgs { kv_k: Some("q3".into()), ..Default::default() };
         let e = a.types().unwrap_err().to_string();
         assert!(e.contains("--kv-k") && e.contains("f16, q8 and q4"), "{e}");
     }

@@ -18,7 +18,11 @@ mod mem_args;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "snug", version, about = "Run GGUF language models on small CPU machines, within their memory")]
+#[command(
+    name = "snug",
+    version,
+    about = "Run GGUF language models on small CPU machines, within their memory"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

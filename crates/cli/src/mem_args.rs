@@ -200,9 +200,8 @@ impl Planned {
         ctx: &Context,
     ) -> anyhow::Result<Residence> {
         let map = model.file.bytes();
-        let layers: Vec<_> = (0..model.config.n_layer)
-            .map(|il| model.weights.layer_stages(il))
-            .collect();
+        let layers: Vec<_> =
+            (0..model.config.n_layer).map(|il| model.weights.layer_stages(il)).collect();
         let n_layer = layers.len();
         let (pinned, lock) = match self.request.residency {
             Residency::Mlock => {

@@ -26,13 +26,8 @@ fn decode_allocations(alias: &str, n_threads: usize) {
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(&model), params);
-    let mut sampler = Sampler::new(
-        SamplerParams {
-            seed: 7,
-            ..SamplerParams::default()
-        },
-        model.config.n_vocab,
-    );
+    let mut sampler =
+        Sampler::new(SamplerParams { seed: 7, ..SamplerParams::default() }, model.config.n_vocab);
     let mut batch = Batch::default();
     // Prompt of 8 tokens, then warm-up decode steps (first use of every buffer and KV block).
     for (i, t) in [1u32, 100, 200, 300, 400, 500, 600, 700].iter().enumerate() {
@@ -42,10 +37,10 @@ fn decode_allocations(alias: &str, n_threads: usize) {
     let mut tok = sampler.sample(ctx.logits(0));
     let mut pos = 8;
     let step = |ctx: &mut Context,
-                    sampler: &mut Sampler,
-                    batch: &mut Batch,
-                    tok: &mut u32,
-                    pos: &mut usize| {
+                sampler: &mut Sampler,
+                batch: &mut Batch,
+                tok: &mut u32,
+                pos: &mut usize| {
         batch.clear();
         batch.push(*tok, *pos, 0, true);
         ctx.decode(batch).expect("decode");
@@ -61,10 +56,7 @@ fn decode_allocations(alias: &str, n_threads: usize) {
         step(&mut ctx, &mut sampler, &mut batch, &mut tok, &mut pos);
     }
     let n = alloc_count::allocations() - before;
-    assert_eq!(
-        n, 0,
-        "{alias}: {n} heap allocations in 24 decoded tokens ({n_threads} threads)"
-    );
+    assert_eq!(n, 0, "{alias}: {n} heap allocations in 24 decoded tokens ({n_threads} threads)");
 }
 
 /// One test (the counter is process-wide, so models run one after another).

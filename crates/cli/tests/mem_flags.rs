@@ -23,7 +23,12 @@ fn verb(verb: &str, mem: &[&str]) -> String {
         "bench" => cmd.args(["-p", "16", "-n", "4", "-r", "1"]),
         other => panic!("no such verb in this test: {other}"),
     };
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("snug starts");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("snug starts");
     if let Some(mut stdin) = child.stdin.take() {
         // Chat reads one message, answers it, then sees the end of input; the others ignore it.
         let _ = stdin.write_all(b"Hello\n");
@@ -36,19 +41,34 @@ fn verb(verb: &str, mem: &[&str]) -> String {
 
 /// The `snug: ctx …, KV …, <residency> — reason; budget …` line.
 fn plan_line(err: &str) -> String {
-    err.lines().find(|l| l.starts_with("snug: ctx ")).unwrap_or_else(|| panic!("no plan line in:\n{err}")).to_string()
+    err.lines()
+        .find(|l| l.starts_with("snug: ctx "))
+        .unwrap_or_else(|| panic!("no plan line in:\n{err}"))
+        .to_string()
 }
 
 #[test]
 fn chat_and_bench_stream_weights_under_ram_and_report_like_run() {
     let flags = ["--ram", "330M", "--load", "stream", "--verbose"];
-    let lines: Vec<(String, String)> = ["run", "chat", "bench"].iter().map(|v| (v.to_string(), verb(v, &flags))).collect();
+    let lines: Vec<(String, String)> =
+        ["run", "chat", "bench"].iter().map(|v| (v.to_string(), verb(v, &flags))).collect();
     for (v, err) in &lines {
         // The pinned count depends on how many positions each verb fills; the rest is the same.
         let line = plan_line(err);
-        assert!(line.contains("ctx 256, KV f16") && line.contains(", stream (") && line.contains("budget 330.0 MiB from --ram"), "snug {v}: {line}");
-        assert!(err.contains("peak RSS (VmHWM)"), "snug {v} --verbose did not report peak RSS:\n{err}");
-        let drops = err.lines().find(|l| l.contains("streamed-weight drops")).unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
+        assert!(
+            line.contains("ctx 256, KV f16")
+                && line.contains(", stream (")
+                && line.contains("budget 330.0 MiB from --ram"),
+            "snug {v}: {line}"
+        );
+        assert!(
+            err.contains("peak RSS (VmHWM)"),
+            "snug {v} --verbose did not report peak RSS:\n{err}"
+        );
+        let drops = err
+            .lines()
+            .find(|l| l.contains("streamed-weight drops"))
+            .unwrap_or_else(|| panic!("snug {v} did not stream:\n{err}"));
         assert!(!drops.contains(" 0 streamed-weight drops"), "snug {v}: {drops}");
     }
 }

@@ -41,7 +41,11 @@ fn f16_perplexity_agrees_with_llama_perplexity_within_1_percent_gemma3() {
          {LLAMA_PPL_STDERR} ({:+.2}%)",
         100.0 * rel
     );
-    assert!(rel.abs() <= 0.01, "perplexity {ppl:.4} is {:+.2}% from llama.cpp's {LLAMA_PPL}", 100.0 * rel);
+    assert!(
+        rel.abs() <= 0.01,
+        "perplexity {ppl:.4} is {:+.2}% from llama.cpp's {LLAMA_PPL}",
+        100.0 * rel
+    );
     assert!(
         (stderr / LLAMA_PPL_STDERR - 1.0).abs() <= 0.05,
         "standard error {stderr:.4} vs llama.cpp's {LLAMA_PPL_STDERR}: a different number of tokens was scored"

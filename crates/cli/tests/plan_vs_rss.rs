@@ -25,9 +25,7 @@ fn prompt_file(path: &Path, n_tokens: usize, out: &Path) {
     let (mut lo, mut hi) = (0usize, text.len());
     while hi - lo > 16 {
         let mid = (lo + hi) / 2;
-        let mid = (mid..text.len())
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(text.len());
+        let mid = (mid..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
         if tok.encode(&text[..mid], true, false).len() <= n_tokens {
             lo = mid;
         } else {
@@ -58,11 +56,7 @@ fn run_measured(cmd: &mut Command) -> (bool, String, u64) {
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
     assert_eq!(rc, pid, "wait4 failed");
     let err = reader.join().unwrap_or_default();
-    (
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        err,
-        ru.ru_maxrss as u64 * 1024,
-    )
+    (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, err, ru.ru_maxrss as u64 * 1024)
 }
 
 fn predicted(model: &Path, ctx: usize) -> u64 {
@@ -70,9 +64,7 @@ fn predicted(model: &Path, ctx: usize) -> u64 {
     let args = ["--ctx", &ctx, "--kv", "f16", "--load", "mmap", "--threads", "2", "--json"];
     let mut all = vec![OsStr::new("plan"), model.as_os_str()];
     all.extend(args.iter().map(OsStr::new));
-    common::snug_json(&all)["predicted_peak_rss_bytes"]
-        .as_u64()
-        .expect("predicted_peak_rss_bytes")
+    common::snug_json(&all)["predicted_peak_rss_bytes"].as_u64().expect("predicted_peak_rss_bytes")
 }
 
 /// Drops the model file's page cache, so the run reads it as a first start does. What is
@@ -92,10 +84,8 @@ fn check(alias: &str, ctxs: &[usize]) -> Vec<String> {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for &ctx in ctxs {
-        let pf = std::env::temp_dir().join(format!(
-            "snug-plan-{alias}-{ctx}-{}.txt",
-            std::process::id()
-        ));
+        let pf = std::env::temp_dir()
+            .join(format!("snug-plan-{alias}-{ctx}-{}.txt", std::process::id()));
         prompt_file(&model, ctx - 16 - 8, &pf);
         let want = predicted(&model, ctx);
         drop_cached(&model);
@@ -135,11 +125,7 @@ fn check(alias: &str, ctxs: &[usize]) -> Vec<String> {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "plan off by more than 5%:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "plan off by more than 5%:\n{}", failures.join("\n"));
     rows
 }
 
@@ -164,9 +150,7 @@ fn asking_for_more_than_fits_is_a_clear_error_not_an_oom_kill() {
     let out = Command::new(SNUG)
         .arg("run")
         .arg(&model)
-        .args([
-            "--ram", "450M", "--load", "mmap", "--ctx", "4096", "-n", "1", "hello",
-        ])
+        .args(["--ram", "450M", "--load", "mmap", "--ctx", "4096", "-n", "1", "hello"])
         .output()
         .expect("snug runs");
     assert!(!out.status.success());

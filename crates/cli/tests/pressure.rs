@@ -25,7 +25,19 @@ const PROMPT: &str = "Write a story about a lighthouse keeper.";
 /// change what is computed), every token generated.
 fn run_args(model: &Path) -> Vec<String> {
     let mut v = vec!["run".to_string(), model.display().to_string()];
-    for a in ["--ctx", "512", "--kv", "f16", "--threads", "2", "--temp", "0", "--ignore-eos", "--verbose", "-n"] {
+    for a in [
+        "--ctx",
+        "512",
+        "--kv",
+        "f16",
+        "--threads",
+        "2",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "--verbose",
+        "-n",
+    ] {
         v.push(a.to_string());
     }
     v.push(N_PREDICT.to_string());
@@ -41,7 +53,10 @@ struct Cgroup {
 impl Cgroup {
     fn create(name: &str, limit: u64) -> Cgroup {
         // SAFETY: geteuid has no preconditions.
-        assert!(unsafe { libc::geteuid() } == 0, "this test moves a process into a memory cgroup it creates: run it as root");
+        assert!(
+            unsafe { libc::geteuid() } == 0,
+            "this test moves a process into a memory cgroup it creates: run it as root"
+        );
         let root = Path::new(CGROUP_V1);
         assert!(
             root.join("memory.limit_in_bytes").exists(),
@@ -50,7 +65,8 @@ impl Cgroup {
         let dir = root.join(format!("{name}-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let cg = Cgroup { dir };
-        cg.write("memory.limit_in_bytes", limit).unwrap_or_else(|e| panic!("setting the limit of {}: {e}", cg.dir.display()));
+        cg.write("memory.limit_in_bytes", limit)
+            .unwrap_or_else(|e| panic!("setting the limit of {}: {e}", cg.dir.display()));
         cg
     }
 
@@ -68,7 +84,10 @@ impl Cgroup {
 
     /// `oom_kill N` from memory.oom_control (kernels before 4.13 lack the line: `None`).
     fn oom_kills(&self) -> Option<u64> {
-        self.read("memory.oom_control").lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok())
+        self.read("memory.oom_control")
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
     }
 
     /// `cmd` started inside this cgroup (a shell writes its own pid to cgroup.procs, then execs
@@ -120,7 +139,9 @@ impl Drop for Running {
 }
 
 /// Collects a pipe on a thread; the buffer can be looked at while it fills.
-fn collect(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
+fn collect(
+    mut pipe: impl Read + Send + 'static,
+) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(Vec::new()));
     let b = Arc::clone(&buf);
     let h = std::thread::spawn(move || {
@@ -146,12 +167,21 @@ struct ColdCopy(PathBuf);
 
 impl ColdCopy {
     fn of(model: &Path) -> ColdCopy {
-        let copy = ColdCopy(model.with_extension(format!("pressure-test-{}.gguf", std::process::id())));
-        std::fs::copy(model, &copy.0).unwrap_or_else(|e| panic!("copying {} to {}: {e}", model.display(), copy.0.display()));
+        let copy =
+            ColdCopy(model.with_extension(format!("pressure-test-{}.gguf", std::process::id())));
+        std::fs::copy(model, &copy.0)
+            .unwrap_or_else(|e| panic!("copying {} to {}: {e}", model.display(), copy.0.display()));
         let f = std::fs::File::open(&copy.0).expect("the copy opens");
         f.sync_all().expect("the copy reaches the disk");
         // SAFETY: fadvise on a descriptor we own; it only drops clean cached pages.
-        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
         copy
     }
 }
@@ -226,10 +256,23 @@ fn lowering_the_cgroup_limit_under_a_running_generation_streams_layers_and_finis
 
     assert_eq!(oom.unwrap_or(0), 0, "the OOM killer struck:\n{log}");
     assert!(status.success(), "snug did not finish ({status}):\n{log}");
-    assert!(log.contains(&format!("generated {N_PREDICT} tok")), "not every token was generated:\n{log}");
-    let reaction = log.lines().find(|l| l.starts_with("snug: memory pressure: limit 300.0 MiB")).unwrap_or_else(|| panic!("no pressure line for the 300 MiB limit:\n{log}"));
+    assert!(
+        log.contains(&format!("generated {N_PREDICT} tok")),
+        "not every token was generated:\n{log}"
+    );
+    let reaction = log
+        .lines()
+        .find(|l| l.starts_with("snug: memory pressure: limit 300.0 MiB"))
+        .unwrap_or_else(|| panic!("no pressure line for the 300 MiB limit:\n{log}"));
     assert!(reaction.contains("now stream"), "{reaction}");
     assert!(usage_before > low, "the run held only {usage_before} bytes before the limit was lowered: no pressure to react to");
-    assert!(want.starts_with(&seen_before), "text before the pressure differs from the unconstrained run:\n{seen_before}\n---\n{want}");
-    assert_eq!(&got[seen_before.len()..], &want[seen_before.len()..], "text after the pressure differs from the unconstrained run");
+    assert!(
+        want.starts_with(&seen_before),
+        "text before the pressure differs from the unconstrained run:\n{seen_before}\n---\n{want}"
+    );
+    assert_eq!(
+        &got[seen_before.len()..],
+        &want[seen_before.len()..],
+        "text after the pressure differs from the unconstrained run"
+    );
 }

@@ -81,10 +81,21 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(model: Arc<Model>, tok: Arc<Tokenizer>, params: ContextParams, sampling: SamplerParams) -> Session {
+    pub fn new(
+        model: Arc<Model>,
+        tok: Arc<Tokenizer>,
+        params: ContextParams,
+        sampling: SamplerParams,
+    ) -> Session {
         let n_vocab = model.config.n_vocab;
         let params = ContextParams { n_seq_max: 1, n_outputs_max: 1, ..params };
-        Session { tok, ctx: Context::new(model, params), sampler: Sampler::new(sampling, n_vocab), history: Vec::new(), batch: Batch::default() }
+        Session {
+            tok,
+            ctx: Context::new(model, params),
+            sampler: Sampler::new(sampling, n_vocab),
+            history: Vec::new(),
+            batch: Batch::default(),
+        }
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -134,7 +145,12 @@ impl Session {
 
     /// Generates a continuation of `prompt` (the whole conversation so far, as tokens),
     /// calling `on_text` with each new piece of text; `on_text` returns false to stop.
-    pub fn generate(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str) -> bool) -> Result<(Vec<u32>, GenStats), ModelError> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Result<(Vec<u32>, GenStats), ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::Unsupported("the prompt is empty: nothing to continue".into()));
         }
@@ -218,7 +234,13 @@ impl<'a> StopMatcher<'a> {
             return (text.to_string(), false);
         }
         self.pending.push_str(text);
-        if let Some(at) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.pending.find(s.as_str())).min() {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
+        {
             let emit = self.pending[..at].to_string();
             self.pending.clear();
             return (emit, true);

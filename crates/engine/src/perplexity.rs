@@ -19,7 +19,12 @@ pub struct PerplexityResult {
 }
 
 /// Scores `tokens` in up to `max_chunks` chunks of `ctx.params.n_ctx` tokens on sequence 0.
-pub fn perplexity(ctx: &mut Context, tokens: &[u32], bos: Option<u32>, max_chunks: Option<usize>) -> Result<PerplexityResult, ModelError> {
+pub fn perplexity(
+    ctx: &mut Context,
+    tokens: &[u32],
+    bos: Option<u32>,
+    max_chunks: Option<usize>,
+) -> Result<PerplexityResult, ModelError> {
     let n_ctx = ctx.params.n_ctx;
     let available = tokens.len() / n_ctx;
     if available == 0 || tokens.len() < 2 * n_ctx {
@@ -68,6 +73,7 @@ pub fn perplexity(ctx: &mut Context, tokens: &[u32], bos: Option<u32>, max_chunk
     let mean = nll / count as f64;
     let var = nll2 / count as f64 - mean * mean;
     let ppl = mean.exp();
-    let ppl_stderr = if var > 0.0 && count > 1 { (var / (count - 1) as f64).sqrt() * ppl } else { 0.0 };
+    let ppl_stderr =
+        if var > 0.0 && count > 1 { (var / (count - 1) as f64).sqrt() * ppl } else { 0.0 };
     Ok(PerplexityResult { ppl, ppl_stderr, n_chunks, n_ctx, n_scored: count, per_chunk })
 }

@@ -54,7 +54,10 @@ impl SamplerParams {
             return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
         if !(self.repeat_penalty > 0.0) || !self.repeat_penalty.is_finite() {
-            return Err(format!("repeat_penalty must be a positive number, got {}", self.repeat_penalty));
+            return Err(format!(
+                "repeat_penalty must be a positive number, got {}",
+                self.repeat_penalty
+            ));
         }
         if !self.presence_penalty.is_finite() || !self.frequency_penalty.is_finite() {
             return Err("presence and frequency penalties must be finite numbers".into());
@@ -177,7 +180,8 @@ impl Sampler {
             return best.0;
         }
         // top-k: partial sort the k best to the front.
-        let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let by_logit_desc =
+            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = if p.top_k == 0 { self.cand.len() } else { p.top_k.min(self.cand.len()) };
         if k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
@@ -238,7 +242,13 @@ mod tests {
     #[test]
     fn same_seed_same_tokens_different_seed_differs() {
         let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
-        let params = SamplerParams { temperature: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        let params = SamplerParams {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
         let run = |seed| {
             let mut s = Sampler::new(SamplerParams { seed, ..params.clone() }, 100);
             (0..50).map(|_| s.sample(&logits)).collect::<Vec<_>>()
@@ -249,7 +259,8 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy() {
-        let mut s = Sampler::new(SamplerParams { top_k: 1, temperature: 5.0, ..Default::default() }, 5);
+        let mut s =
+            Sampler::new(SamplerParams { top_k: 1, temperature: 5.0, ..Default::default() }, 5);
         for _ in 0..20 {
             assert_eq!(s.sample(&[0.1, 0.2, 2.0, 0.3, 1.9]), 2);
         }
@@ -257,7 +268,16 @@ mod tests {
 
     #[test]
     fn min_p_removes_unlikely_tokens() {
-        let mut s = Sampler::new(SamplerParams { top_k: 0, top_p: 1.0, min_p: 0.5, temperature: 1.0, ..Default::default() }, 3);
+        let mut s = Sampler::new(
+            SamplerParams {
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.5,
+                temperature: 1.0,
+                ..Default::default()
+            },
+            3,
+        );
         for _ in 0..50 {
             assert_ne!(s.sample(&[5.0, 4.9, -3.0]), 2);
         }
@@ -265,7 +285,8 @@ mod tests {
 
     #[test]
     fn repetition_penalty_steers_greedy_away_from_recent_tokens() {
-        let mut s = Sampler::new(SamplerParams { repeat_penalty: 2.0, ..SamplerParams::greedy() }, 3);
+        let mut s =
+            Sampler::new(SamplerParams { repeat_penalty: 2.0, ..SamplerParams::greedy() }, 3);
         s.accept(0);
         assert_eq!(s.sample(&[2.0, 1.5, 0.0]), 1);
         s.reset();
@@ -274,7 +295,8 @@ mod tests {
 
     #[test]
     fn frequency_penalty_grows_with_count() {
-        let mut s = Sampler::new(SamplerParams { frequency_penalty: 0.4, ..SamplerParams::greedy() }, 2);
+        let mut s =
+            Sampler::new(SamplerParams { frequency_penalty: 0.4, ..SamplerParams::greedy() }, 2);
         assert_eq!(s.sample(&[1.0, 0.5]), 0);
         s.accept(0);
         assert_eq!(s.sample(&[1.0, 0.5]), 0, "one occurrence: 1.0 - 0.4 = 0.6 still wins");

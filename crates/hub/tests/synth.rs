@@ -33,10 +33,7 @@ fn a_tiny_qwen2_parses_with_the_planned_layout() {
     let plan = synth::plan(synth::shape("tiny-qwen2").unwrap(), 257, Recipe::Q4KM);
     assert_eq!(f.tensors.len(), plan.len());
     for (t, p) in f.tensors.iter().zip(&plan) {
-        assert_eq!(
-            (&t.name, &t.dims, t.ggml_type),
-            (&p.name, &p.dims, p.ggml_type)
-        );
+        assert_eq!((&t.name, &t.dims, t.ggml_type), (&p.name, &p.dims, p.ggml_type));
     }
     assert_eq!(f.tensor("output.weight").unwrap().ggml_type, GgmlType::Q6K);
     assert_eq!(f.tensor("blk.0.attn_q.bias").unwrap().dims, vec![256]);
@@ -49,10 +46,7 @@ fn weights_and_norms_have_the_asked_statistics() {
         let (_d, out) = tiny("tiny-llama", |o| o.exact = exact);
         let f = GgufFile::open(&out).unwrap();
         let (m, s) = stats(&f, "blk.1.ffn_up.weight");
-        assert!(
-            m.abs() < 2e-3 && (0.015..0.025).contains(&s),
-            "exact={exact}: mean {m} std {s}"
-        );
+        assert!(m.abs() < 2e-3 && (0.015..0.025).contains(&s), "exact={exact}: mean {m} std {s}");
         let (m, s) = stats(&f, "blk.0.attn_norm.weight");
         assert!((m - 1.0).abs() < 0.01 && s < 0.03, "norm mean {m} std {s}");
         assert!(f.tensor("rope_freqs.weight").is_some());
@@ -76,11 +70,8 @@ fn the_same_seed_gives_the_same_bytes_whatever_the_thread_count() {
             o.seed = 6;
             o.exact = exact;
         });
-        let (a, b, c) = (
-            std::fs::read(a).unwrap(),
-            std::fs::read(b).unwrap(),
-            std::fs::read(c).unwrap(),
-        );
+        let (a, b, c) =
+            (std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), std::fs::read(c).unwrap());
         assert!(a == b, "exact={exact}: thread count changed the file");
         assert!(a != c, "exact={exact}: seed did not change the file");
     }
@@ -105,17 +96,10 @@ fn the_tokenizer_is_copied_from_a_real_model() {
     let opts = SynthOptions::new(synth::shape("tiny-qwen2").unwrap());
     synth::synth(&opts, Some(&src), &out).unwrap();
     let f = GgufFile::open(&out).unwrap();
-    for (k, v) in src
-        .metadata
-        .iter()
-        .filter(|(k, _)| k.starts_with("tokenizer."))
-    {
+    for (k, v) in src.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
         assert_eq!(f.get(k), Some(v), "{k}");
     }
-    assert_eq!(
-        f.tensor("token_embd.weight").unwrap().dims,
-        vec![256, 151936]
-    );
+    assert_eq!(f.tensor("token_embd.weight").unwrap().dims, vec![256, 151936]);
 }
 
 #[test]

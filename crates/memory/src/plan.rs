@@ -296,14 +296,8 @@ pub fn kv_bytes(s: &Shape, kv: KvType, n_ctx: usize, n_ubatch: usize, windowed: 
     let staged = s.n_layer as u64 * kv.staged_bytes(s.kv_dim() as u64);
     (0..s.n_layer)
         .map(|il| {
-            let w = if windowed {
-                s.windows.get(il).copied().flatten()
-            } else {
-                None
-            };
-            let pos = w.map_or(n_ctx, |w| {
-                (w + n_ubatch.max(1) + KV_BLOCK_TOKENS).min(n_ctx)
-            });
+            let w = if windowed { s.windows.get(il).copied().flatten() } else { None };
+            let pos = w.map_or(n_ctx, |w| (w + n_ubatch.max(1) + KV_BLOCK_TOKENS).min(n_ctx));
             row * (pos.div_ceil(KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS) as u64
         })
         .sum::<u64>()
@@ -320,8 +314,7 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
             m.embd_bytes
         } else {
             let windows = (EMBD_WINDOWS_PER_SQRT_TOKEN * (r.n_ctx as f64).sqrt()).ceil() as u64;
-            m.embd_bytes
-                .min(windows * m.embd_row_bytes.max(FAULT_AROUND))
+            m.embd_bytes.min(windows * m.embd_row_bytes.max(FAULT_AROUND))
         };
     let fixed = m.header_bytes + m.other_bytes + embd_touched;
     match r.residency {
@@ -332,11 +325,7 @@ pub fn weights_resident(s: &Shape, m: &ModelFacts, r: &Request) -> u64 {
             } else {
                 0
             };
-            fixed
-                + m.layer_bytes[..pinned.min(m.layer_bytes.len())]
-                    .iter()
-                    .sum::<u64>()
-                + streamed
+            fixed + m.layer_bytes[..pinned.min(m.layer_bytes.len())].iter().sum::<u64>() + streamed
         }
         _ => fixed + m.layers_total(),
     }
@@ -358,12 +347,7 @@ pub fn arena_bytes(s: &Shape, r: &Request) -> u64 {
     // Rows past the longest micro-batch the job can compute are reserved, never touched: a job
     // filling `n_kv` positions never computes more than `n_kv` tokens at once.
     let ub = r.n_ubatch.clamp(1, r.n_kv.max(1)) as u64;
-    let (d, qd, kvd, ff) = (
-        s.n_embd as u64,
-        s.q_dim() as u64,
-        s.kv_dim() as u64,
-        s.n_ff as u64,
-    );
+    let (d, qd, kvd, ff) = (s.n_embd as u64, s.q_dim() as u64, s.kv_dim() as u64, s.n_ff as u64);
     let f32s = ub * (2 * d + 2 * qd + 2 * kvd + 2 * ff) + d;
     let qbuf = ub * ff.max(d) * 2;
     let group = (s.n_head / s.n_head_kv.max(1)) as u64;
@@ -460,12 +444,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
     let kvs: Vec<KvType> = match w.kv {
         Some(k) => vec![k],
         // q4 keys break Qwen models (BASELINES.md): never chosen unasked.
-        None => w
-            .kv_available
-            .iter()
-            .copied()
-            .filter(|&k| k != KvType::Q4)
-            .collect(),
+        None => w.kv_available.iter().copied().filter(|&k| k != KvType::Q4).collect(),
     };
     let req = |n_ctx: usize, kv, residency, pinned| Request {
         n_ctx,
@@ -495,12 +474,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
                         fmt_bytes(budget),
                         fmt_bytes(budget - usable)
                     );
-                    return Ok(Choice {
-                        request: rq,
-                        prediction: p,
-                        budget,
-                        reason,
-                    });
+                    return Ok(Choice { request: rq, prediction: p, budget, reason });
                 }
             }
         }
@@ -524,12 +498,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
                         s.n_layer,
                         fmt_bytes(p.total)
                     );
-                    return Ok(Choice {
-                        request: rq,
-                        prediction: p,
-                        budget,
-                        reason,
-                    });
+                    return Ok(Choice { request: rq, prediction: p, budget, reason });
                 }
             }
         }
@@ -562,10 +531,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
     if r != Residency::Stream {
         let q = predict(s, m, &req(n_ctx, kv, Residency::Stream, 0));
         if q.total <= usable {
-            options.push(format!(
-                "--load stream ({} with no layer pinned)",
-                fmt_bytes(q.total)
-            ));
+            options.push(format!("--load stream ({} with no layer pinned)", fmt_bytes(q.total)));
         }
     }
     let what = describe(&req(n_ctx, kv, r, 0));
@@ -586,11 +552,7 @@ pub fn choose(s: &Shape, m: &ModelFacts, budget: u64, w: &Wants) -> Result<Choic
 /// `ctx 4096, KV f16, mmap` (a job needing fewer positions than the context says how many;
 /// streaming adds the pinned count).
 pub fn describe(r: &Request) -> String {
-    let used = if r.n_kv < r.n_ctx {
-        format!(" for {} positions", r.n_kv)
-    } else {
-        String::new()
-    };
+    let used = if r.n_kv < r.n_ctx { format!(" for {} positions", r.n_kv) } else { String::new() };
     let kv = format!("ctx {}, KV {}{used}", r.n_ctx, r.kv.name());
     match r.residency {
         Residency::Stream => format!("{kv}, stream ({} layers pinned)", r.pinned_layers),
@@ -613,24 +575,17 @@ pub fn fmt_bytes(b: u64) -> String {
 /// Parses `6G`, `512M`, `3GiB`, `1.5g`, `123456` (bytes).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let x: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size; write e.g. 6G, 512M or 3GiB"))?;
+    let x: f64 =
+        num.parse().map_err(|_| format!("{s:?} is not a size; write e.g. 6G, 512M or 3GiB"))?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1u64,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        u => {
-            return Err(format!(
-                "unknown size unit {u:?} in {s:?}; use K, M, G or T"
-            ))
-        }
+        u => return Err(format!("unknown size unit {u:?} in {s:?}; use K, M, G or T")),
     };
     if !(x.is_finite() && x > 0.0) {
         return Err(format!("size {s:?} must be positive"));
@@ -703,9 +658,7 @@ pub(crate) mod tests {
     #[test]
     fn sliding_windows_cap_local_layers() {
         let mut s = qwen7b().0;
-        s.windows = (0..28)
-            .map(|il| if il % 6 == 5 { None } else { Some(512) })
-            .collect();
+        s.windows = (0..28).map(|il| if il % 6 == 5 { None } else { Some(512) }).collect();
         let full = kv_bytes(&s, KvType::F16, 4096, 512, false);
         let win = kv_bytes(&s, KvType::F16, 4096, 512, true);
         let row = 2 * 512 * 2;
@@ -765,10 +718,7 @@ pub(crate) mod tests {
         let mut w = wants();
         w.residency = Some(Residency::Mmap);
         let e = choose(&s, &m, 3 << 30, &w).unwrap_err();
-        assert!(
-            e.contains("needs") && e.contains("usable") && e.contains("--load stream"),
-            "{e}"
-        );
+        assert!(e.contains("needs") && e.contains("usable") && e.contains("--load stream"), "{e}");
         let e = choose(&s, &m, 200 << 20, &wants()).unwrap_err();
         assert!(e.contains("give it more memory"), "{e}");
     }

@@ -46,10 +46,7 @@ pub fn read(source: &BudgetSource, ram: u64) -> Option<Reading> {
                 let (BudgetSource::CgroupV1(f) | BudgetSource::CgroupV2(f)) = &src else {
                     return None;
                 };
-                Some(Reading {
-                    limit,
-                    usage: probe::cgroup_usage(f)?,
-                })
+                Some(Reading { limit, usage: probe::cgroup_usage(f)? })
             }
             // The limit was lifted: the machine's memory is what is left.
             None => read(&BudgetSource::MemAvailable, ram),
@@ -62,10 +59,7 @@ pub fn read(source: &BudgetSource, ram: u64) -> Option<Reading> {
                 usage: probe::meminfo_field(&status, "VmRSS:")?,
             })
         }
-        BudgetSource::Flag => Some(Reading {
-            limit: ram,
-            usage: probe::self_rss()?,
-        }),
+        BudgetSource::Flag => Some(Reading { limit: ram, usage: probe::self_rss()? }),
     }
 }
 
@@ -94,13 +88,7 @@ pub struct Fit {
 impl Fit {
     pub fn new(shape: Shape, facts: ModelFacts, request: Request, budget: u64) -> Fit {
         let predicted = plan::predict(&shape, &facts, &request).total;
-        Fit {
-            shape,
-            facts,
-            request,
-            predicted,
-            reserve: plan::headroom(budget) / 2,
-        }
+        Fit { shape, facts, request, predicted, reserve: plan::headroom(budget) / 2 }
     }
 
     fn request_for(&self, n_kv: usize, pinned: usize) -> Request {
@@ -125,19 +113,14 @@ impl Fit {
     /// Room the prediction may use under `limit`: its usable bytes, and never more than the plan
     /// promised.
     pub fn usable(&self, limit: u64) -> u64 {
-        limit
-            .saturating_sub(plan::headroom(limit))
-            .min(self.predicted)
+        limit.saturating_sub(plan::headroom(limit)).min(self.predicted)
     }
 
     /// Most layers that may stay pinned under `limit` with `n_kv` positions cached (0 when even
     /// streaming every layer does not fit: nothing more can be given back).
     pub fn target(&self, limit: u64, n_kv: usize) -> usize {
         let usable = self.usable(limit);
-        (0..=self.shape.n_layer)
-            .rev()
-            .find(|&k| self.predict(n_kv, k) <= usable)
-            .unwrap_or(0)
+        (0..=self.shape.n_layer).rev().find(|&k| self.predict(n_kv, k) <= usable).unwrap_or(0)
     }
 
     /// What one reading asks for with `pinned` layers resident and `n_kv` positions cached: the
@@ -230,7 +213,14 @@ impl Governor {
         let r = read(&self.source, self.budget)?;
         let cgroup = matches!(self.source, BudgetSource::CgroupV1(_) | BudgetSource::CgroupV2(_));
         self.streamer.set_release(
-            match (must_drop_cache(r, self.fit.reserve, self.fit.facts.layer_bytes.iter().copied().max().unwrap_or(0)), cgroup) {
+            match (
+                must_drop_cache(
+                    r,
+                    self.fit.reserve,
+                    self.fit.facts.layer_bytes.iter().copied().max().unwrap_or(0),
+                ),
+                cgroup,
+            ) {
                 (true, _) => Release::UnmapAndUncache,
                 // Mapped pages count against a cgroup the same as unmapped cache.
                 (false, true) => Release::KeepMapped,
@@ -246,7 +236,10 @@ impl Governor {
             fmt_bytes(r.free())
         );
         let Some((k, cause)) = self.fit.react(r, pinned, n_kv) else {
-            if pinned == 0 && r.free() < self.fit.reserve && !self.exhausted.swap(true, Ordering::Relaxed) {
+            if pinned == 0
+                && r.free() < self.fit.reserve
+                && !self.exhausted.swap(true, Ordering::Relaxed)
+            {
                 return Some(format!(
                     "snug: memory pressure: {seen}; every layer already streams, nothing left to give back"
                 ));
@@ -383,7 +376,9 @@ mod tests {
         let r = Reading { limit: 3 * GIB, usage: 3 * GIB - 10 * MIB };
         let (k, cause) = f.react(r, 28, 100).expect("reacts");
         assert!(k > 0 && k < 28, "{k}");
-        assert!(f.predict(100, k) <= f.usable(3 * GIB) && f.predict(100, k + 1) > f.usable(3 * GIB));
+        assert!(
+            f.predict(100, k) <= f.usable(3 * GIB) && f.predict(100, k + 1) > f.usable(3 * GIB)
+        );
         assert!(matches!(cause, Cause::Limit { predicted, usable } if predicted > usable));
         // Too small for anything: every layer streams.
         assert_eq!(f.react(Reading { limit: 600 * MIB, usage: 0 }, 28, 100).map(|x| x.0), Some(0));

@@ -44,21 +44,14 @@ const NO_LIMIT: u64 = 1 << 60;
 /// larger than MemAvailable plus what this process already holds is capped by the latter.
 pub fn budget(ram: Option<u64>) -> Budget {
     if let Some(bytes) = ram {
-        return Budget {
-            bytes,
-            source: BudgetSource::Flag,
-        };
+        return Budget { bytes, source: BudgetSource::Flag };
     }
     let avail = mem_available().map(|a| a + self_rss().unwrap_or(0));
     match cgroup_limit() {
-        Some((limit, source)) if avail.is_none_or(|a| limit <= a) => Budget {
-            bytes: limit,
-            source,
-        },
-        _ => Budget {
-            bytes: avail.unwrap_or(u64::MAX),
-            source: BudgetSource::MemAvailable,
-        },
+        Some((limit, source)) if avail.is_none_or(|a| limit <= a) => {
+            Budget { bytes: limit, source }
+        }
+        _ => Budget { bytes: avail.unwrap_or(u64::MAX), source: BudgetSource::MemAvailable },
     }
 }
 
@@ -85,9 +78,7 @@ pub fn cgroup_limit_in(proc_cgroup: &str, root: &Path) -> Option<(u64, BudgetSou
         };
         let rel = path.trim_start_matches('/');
         if id == "0" && ctrls.is_empty() {
-            for dir in ancestors(&root.join("unified"), rel)
-                .into_iter()
-                .chain(ancestors(root, rel))
+            for dir in ancestors(&root.join("unified"), rel).into_iter().chain(ancestors(root, rel))
             {
                 let f = dir.join("memory.max");
                 consider(read_limit(&f), BudgetSource::CgroupV2(f));
@@ -153,11 +144,8 @@ pub fn self_peak_rss() -> Option<u64> {
 /// `memory.current`), beside the limit's own file.
 pub fn cgroup_usage(limit_file: &Path) -> Option<u64> {
     let dir = limit_file.parent()?;
-    let name = if limit_file.ends_with("memory.max") {
-        "memory.current"
-    } else {
-        "memory.usage_in_bytes"
-    };
+    let name =
+        if limit_file.ends_with("memory.max") { "memory.current" } else { "memory.usage_in_bytes" };
     read_limit(&dir.join(name))
 }
 
@@ -177,19 +165,12 @@ mod tests {
         let root = std::env::temp_dir().join(format!("snug-cg-{}", std::process::id()));
         let leaf = root.join("memory/a/b");
         fs::create_dir_all(&leaf).unwrap();
-        fs::write(
-            root.join("memory/memory.limit_in_bytes"),
-            "9223372036854771712\n",
-        )
-        .unwrap();
+        fs::write(root.join("memory/memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
         fs::write(root.join("memory/a/memory.limit_in_bytes"), "3221225472\n").unwrap();
         fs::write(leaf.join("memory.limit_in_bytes"), "6442450944\n").unwrap();
         let (l, src) = cgroup_limit_in("4:memory:/a/b\n", &root).unwrap();
         assert_eq!(l, 3 << 30);
-        assert_eq!(
-            src,
-            BudgetSource::CgroupV1(root.join("memory/a/memory.limit_in_bytes"))
-        );
+        assert_eq!(src, BudgetSource::CgroupV1(root.join("memory/a/memory.limit_in_bytes")));
         fs::remove_dir_all(&root).unwrap();
     }
 
@@ -200,10 +181,7 @@ mod tests {
         fs::write(root.join("x/memory.max"), "max\n").unwrap();
         assert_eq!(cgroup_limit_in("0::/x\n", &root), None);
         fs::write(root.join("x/memory.max"), "2147483648\n").unwrap();
-        assert_eq!(
-            cgroup_limit_in("0::/x\n", &root).map(|b| b.0),
-            Some(2 << 30)
-        );
+        assert_eq!(cgroup_limit_in("0::/x\n", &root).map(|b| b.0), Some(2 << 30));
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -126,10 +126,7 @@ fn touch_pages(map: &[u8], lo: usize, hi: usize, stop: impl Fn() -> bool) {
 
 /// `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited).
 pub fn memlock_limit() -> Option<u64> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the rlimit we own.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
     if rc != 0 || r.rlim_cur == libc::RLIM_INFINITY {
@@ -456,10 +453,7 @@ impl Streamer {
             .map_err(|e| format!("opening {} for streaming: {e}", path.display()))?;
         let n_layer = layers.len();
         let s = Streamer {
-            span: Span {
-                base: map.as_ptr() as usize,
-                len: map.len(),
-            },
+            span: Span { base: map.as_ptr() as usize, len: map.len() },
             shared: Arc::new(Shared::new(layers, pinned, window)),
             threads: Mutex::new(Vec::new()),
             started: AtomicBool::new(false),
@@ -669,7 +663,6 @@ impl LayerObserver for Streamer {
 
 impl Drop for Streamer {
     fn drop(&mut self) {
-
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         self.shared.wake.notify_all();
         for t in self.threads.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
@@ -738,7 +731,10 @@ mod tests {
         let (q, c) = ((M + (16 << 10)) as u64, C as u64);
         // Compute on layer 0 (pinned): the readers start at layer 2, the first streamed, and
         // stop where the next claim would pass the window (1 MiB + 5 claims taken).
-        assert_eq!(claims(&s, &mut st), vec![(8, 0, q), (9, 0, c), (10, 0, c), (10, c, 2 * c), (10, 2 * c, 3 * c), (11, 0, c)]);
+        assert_eq!(
+            claims(&s, &mut st),
+            vec![(8, 0, q), (9, 0, c), (10, 0, c), (10, c, 2 * c), (10, 2 * c, 3 * c), (11, 0, c)]
+        );
         // The first stage done: room for one more claim; the second: for layer 3's first stage.
         s.computing.store(9, Ordering::Relaxed);
         assert_eq!(claims(&s, &mut st), vec![(11, c, 2 * c)]);
@@ -747,12 +743,26 @@ mod tests {
         // Compute past where the readers are (on layer 3's down): they skip to it, and the
         // window wraps past the pinned layers to the next pass's layer 2.
         s.computing.store(15, Ordering::Relaxed);
-        assert_eq!(claims(&s, &mut st), vec![(15, 0, c), (15, c, 2 * c), (24, 0, q), (25, 0, c), (26, 0, c), (26, c, 2 * c)]);
+        assert_eq!(
+            claims(&s, &mut st),
+            vec![(15, 0, c), (15, c, 2 * c), (24, 0, q), (25, 0, c), (26, 0, c), (26, c, 2 * c)]
+        );
         // Never a whole pass ahead, even with room: one streamed layer.
         let s = Shared::new(layers(2), 1, u64::MAX);
         let mut st = ReadState { t: 0, off: 0, stop: false };
         s.computing.store(4, Ordering::Relaxed);
-        assert_eq!(claims(&s, &mut st), vec![(4, 0, q), (5, 0, c), (6, 0, c), (6, c, 2 * c), (6, 2 * c, 3 * c), (7, 0, c), (7, c, 2 * c)]);
+        assert_eq!(
+            claims(&s, &mut st),
+            vec![
+                (4, 0, q),
+                (5, 0, c),
+                (6, 0, c),
+                (6, c, 2 * c),
+                (6, 2 * c, 3 * c),
+                (7, 0, c),
+                (7, c, 2 * c)
+            ]
+        );
         // No sliver under half a claim is left at a stage's end: the last claim takes it.
         let s = Shared::new(vec![vec![vec![(0, 9 * C / 4)]]], 0, u64::MAX);
         let mut st = ReadState { t: 0, off: 0, stop: false };
@@ -788,12 +798,21 @@ mod tests {
         assert_eq!(drop(2, 0)[0].0, s.layers[2][0][0].0);
         // A file in another order (down first, as llama.cpp's quantizer sorts names): stage 0,
         // computed first, lies last. A drop never reaches a stage still to come.
-        let l: LayerStages = vec![vec![(20 * M + 4096, 21 * M)], vec![(19 * M, 20 * M)], vec![(9 * M + 4096, 19 * M)], vec![(4096, 9 * M)]];
+        let l: LayerStages = vec![
+            vec![(20 * M + 4096, 21 * M)],
+            vec![(19 * M, 20 * M)],
+            vec![(9 * M + 4096, 19 * M)],
+            vec![(4096, 9 * M)],
+        ];
         let s = Shared::new(vec![l], 0, 0);
         let drop = |st: usize| s.drop_ranges(0, st).collect::<Vec<_>>();
         assert_eq!(drop(0), vec![(20 * M, 22 * M)], "its folios hold nothing else");
         assert_eq!(drop(1), vec![(19 * M, 20 * M)], "[18, 19) MiB is stage 2's, still to come");
-        assert_eq!(drop(2), vec![(9 * M + 4096, 20 * M)], "up into stage 1 (done), not down into 3");
+        assert_eq!(
+            drop(2),
+            vec![(9 * M + 4096, 20 * M)],
+            "up into stage 1 (done), not down into 3"
+        );
         assert_eq!(drop(3), vec![(0, 10 * M)], "both neighbours done");
     }
 
@@ -808,7 +827,14 @@ mod tests {
         // SAFETY: a fresh read-only shared mapping of a file we just wrote, unmapped below after
         // the streamer (and its reader threads) are gone.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
         };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: the mapping above, live until munmap.

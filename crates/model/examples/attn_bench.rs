@@ -20,7 +20,16 @@ unsafe impl Send for SendPtr {}
 /// The attention of commit 2cdd5cd: every key scored one at a time, scalar softmax, one axpy
 /// per key and query head.
 #[allow(clippy::too_many_arguments)]
-fn old_attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, batch: &Batch, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
+fn old_attention(
+    pool: &ThreadPool,
+    c: &ModelConfig,
+    kv: &KvCache,
+    batch: &Batch,
+    n: usize,
+    q: &[f32],
+    out: &mut [f32],
+    tmp: &mut [f32],
+) {
     let (hd, hdv) = (c.head_dim, c.head_dim_v);
     let group = c.n_head / c.n_head_kv;
     let lw = kv.layer_window(0);
@@ -36,7 +45,9 @@ fn old_attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, batch: &Batch
         let mut item = ith;
         while item < n_items {
             // SAFETY: item `item` owns its `group × hdv` output chunk (items are disjoint).
-            let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add(item * group * hdv), group * hdv) };
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(outp.0.add(item * group * hdv), group * hdv)
+            };
             let (t, kvh) = (item / c.n_head_kv, item % c.n_head_kv);
             let (seq, pos) = (batch.seq[t], batch.pos[t]);
             o.fill(0.0);
@@ -45,12 +56,21 @@ fn old_attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, batch: &Batch
             let n_keys = sinks.len() + recent.clone().count();
             let q0 = t * c.q_dim() + kvh * group * hd;
             // SAFETY: scratch row `ith` is used by thread `ith` alone.
-            let row = unsafe { std::slice::from_raw_parts_mut(tmp_base.0.add(ith * tmp_stride), tmp_stride) };
+            let row = unsafe {
+                std::slice::from_raw_parts_mut(tmp_base.0.add(ith * tmp_stride), tmp_stride)
+            };
             let (scores, krow) = row.split_at_mut(group * max_keys);
             let qg = &q[q0..q0 + group * hd];
             let n_sinks = sinks.len();
             view.key_scores(kvh, sinks.clone(), qg, scores, n_keys, krow);
-            view.key_scores(kvh, *recent.start()..pos + 1, qg, &mut scores[n_sinks..], n_keys, krow);
+            view.key_scores(
+                kvh,
+                *recent.start()..pos + 1,
+                qg,
+                &mut scores[n_sinks..],
+                n_keys,
+                krow,
+            );
             for g in 0..group {
                 let sg = &mut scores[g * n_keys..(g + 1) * n_keys];
                 for sc in sg.iter_mut().filter(|sc| sc.is_finite()) {
@@ -69,7 +89,11 @@ fn old_attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, batch: &Batch
                 let Some(vb) = view.value(j, kvh) else { continue };
                 kern.dequant(vt, vb, &mut krow[..hdv]);
                 for g in 0..group {
-                    (kern.axpy)(&mut o[g * hdv..(g + 1) * hdv], scores[g * n_keys + jj], &krow[..hdv]);
+                    (kern.axpy)(
+                        &mut o[g * hdv..(g + 1) * hdv],
+                        scores[g * n_keys + jj],
+                        &krow[..hdv],
+                    );
                 }
             }
             if rot_v {
@@ -88,12 +112,18 @@ fn main() {
     let kvt: KvType = arg(3, "f16").parse().unwrap();
     let nth: usize = arg(4, "1").parse().unwrap();
     let reps: usize = arg(5, "20").parse().unwrap();
-    let (nh, nkv, hd): (usize, usize, usize) = (arg(6, "14").parse().unwrap(), arg(7, "2").parse().unwrap(), arg(8, "64").parse().unwrap());
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/refdata/tiny/tiny-qwen2.gguf");
+    let (nh, nkv, hd): (usize, usize, usize) = (
+        arg(6, "14").parse().unwrap(),
+        arg(7, "2").parse().unwrap(),
+        arg(8, "64").parse().unwrap(),
+    );
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/refdata/tiny/tiny-qwen2.gguf");
     let m = Arc::new(Model::load(&p).unwrap());
     let c = one_layer_config(&m.config, nh, nkv, hd, None, None);
     let n_ctx = depth.next_multiple_of(32) + 32;
-    let params = ContextParams { n_ctx, n_ubatch: 512, kv_k: kvt, kv_v: kvt, ..ContextParams::default() };
+    let params =
+        ContextParams { n_ctx, n_ubatch: 512, kv_k: kvt, kv_v: kvt, ..ContextParams::default() };
     let mut kv = KvCache::new(&c, &params);
     let mut s = 1u64;
     let mut r = move || {
@@ -136,5 +166,8 @@ fn main() {
     for (name, t) in [("old", &t_old), ("new", &t_new)] {
         println!("{mode} {depth} {kvt} threads {nth}: {name} min {:.3} ms median {:.3} ms ({:.0} ns per key-head, min)", t[0] * 1e3, t[t.len() / 2] * 1e3, t[0] * 1e9 / (keys * nkv as f64));
     }
-    println!("speedup (median) {:.2}x; max |new - old| = {err:.2e}", t_old[t_old.len() / 2] / t_new[t_new.len() / 2]);
+    println!(
+        "speedup (median) {:.2}x; max |new - old| = {err:.2e}",
+        t_old[t_old.len() / 2] / t_new[t_new.len() / 2]
+    );
 }

@@ -68,7 +68,18 @@ fn n_splits(items: usize, nth: usize, tile: usize) -> usize {
 /// `[n][n_head × head_dim]` (roped), `out`: `[n][n_head × head_dim_v]`; with rotated values the
 /// output is rotated back. A token whose sequence holds nothing gets zeros.
 #[allow(clippy::too_many_arguments)]
-pub fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, batch: &Batch, b0: usize, n: usize, q: &[f32], out: &mut [f32], tmp: &mut [f32]) {
+pub fn attention(
+    pool: &ThreadPool,
+    c: &ModelConfig,
+    kv: &KvCache,
+    il: usize,
+    batch: &Batch,
+    b0: usize,
+    n: usize,
+    q: &[f32],
+    out: &mut [f32],
+    tmp: &mut [f32],
+) {
     let nth = pool.n_threads().max(1);
     let (nkv, hdv) = (c.n_head_kv, c.head_dim_v);
     let group = c.n_head / nkv;
@@ -83,7 +94,8 @@ pub fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, ba
     let part_w = group * (hdv + 2);
     let (rows_tmp, parts) = tmp.split_at_mut(nth * stride);
     debug_assert!(splits == 1 || tasks * part_w <= parts.len());
-    let (tmp_p, out_p, part_p) = (SendPtr(rows_tmp.as_mut_ptr()), SendPtr(out.as_mut_ptr()), SendPtr(parts.as_mut_ptr()));
+    let (tmp_p, out_p, part_p) =
+        (SendPtr(rows_tmp.as_mut_ptr()), SendPtr(out.as_mut_ptr()), SendPtr(parts.as_mut_ptr()));
     let job = Job { c, kv, il, lw: kv.layer_window(il), batch, b0, q, group };
     pool.run(|ith, nth_run| {
         let (tmp_p, out_p, part_p) = (&tmp_p, &out_p, &part_p);
@@ -110,13 +122,20 @@ pub fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, ba
                         // SAFETY: token `tt`, KV head `kvh` owns out[tt × out_w + kvh × group ×
                         // hdv ..][..group × hdv]: disjoint across items, each item is run by
                         // exactly one task, and `out` stays borrowed until `run` returns.
-                        let o = unsafe { std::slice::from_raw_parts_mut(out_p.0.add(tt * out_w + kvh * group * hdv), group * hdv) };
+                        let o = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out_p.0.add(tt * out_w + kvh * group * hdv),
+                                group * hdv,
+                            )
+                        };
                         rows.finish(tt - a, o, kv.rotate_v());
                     }
                 } else {
                     // SAFETY: task `task` owns partial slot `task` (`tasks × part_w` floats fit,
                     // see `split_floats`), written by this task alone.
-                    let p = unsafe { std::slice::from_raw_parts_mut(part_p.0.add(task * part_w), part_w) };
+                    let p = unsafe {
+                        std::slice::from_raw_parts_mut(part_p.0.add(task * part_w), part_w)
+                    };
                     rows.save(p);
                 }
                 a = e;
@@ -128,7 +147,12 @@ pub fn attention(pool: &ThreadPool, c: &ModelConfig, kv: &KvCache, il: usize, ba
         for item in 0..items {
             let (t, kvh) = (item / nkv, item % nkv);
             let o = &mut out[t * out_w + kvh * group * hdv..][..group * hdv];
-            merge(&parts[item * splits * part_w..(item + 1) * splits * part_w], hdv, o, kv.rotate_v());
+            merge(
+                &parts[item * splits * part_w..(item + 1) * splits * part_w],
+                hdv,
+                o,
+                kv.rotate_v(),
+            );
         }
     }
 }
@@ -275,12 +299,20 @@ fn merge(parts: &[f32], hdv: usize, out: &mut [f32], rot_v: bool) {
 impl Job<'_> {
     /// Online softmax of the rows of batch tokens `toks` (one sequence) against KV head `kvh`,
     /// over split `k` of `n_split` of the blocks they see. Leaves `m`, `l`, `o` in the result.
-    fn run<'s>(&self, kvh: usize, toks: std::ops::Range<usize>, (k, n_split): (usize, usize), scratch: &'s mut [f32]) -> Rows<'s> {
+    fn run<'s>(
+        &self,
+        kvh: usize,
+        toks: std::ops::Range<usize>,
+        (k, n_split): (usize, usize),
+        scratch: &'s mut [f32],
+    ) -> Rows<'s> {
         let c = self.c;
         let (hd, hdv, group) = (c.head_dim, c.head_dim_v, self.group);
         let nt = toks.len();
         let rows = Rows::new(c, scratch, nt * group);
-        let Some(view) = self.kv.layer(self.batch.seq[self.b0 + toks.start], self.il) else { return rows };
+        let Some(view) = self.kv.layer(self.batch.seq[self.b0 + toks.start], self.il) else {
+            return rows;
+        };
         let mut spans = [Span { sink_end: 0, lo: 0, pos: 0 }; TILE_TOKENS];
         for (sp, t) in spans.iter_mut().zip(toks.clone()) {
             *sp = Span::new(&self.lw, self.batch.pos[self.b0 + t]);
@@ -302,7 +334,9 @@ impl Job<'_> {
             if covers[..nt].iter().all(|&cv| cv == Cover::None) {
                 continue;
             }
-            if !view.key_tile(kvh, b, rows.ktile, rows.chan) || !view.value_tile(kvh, b, rows.vtile, hdv) {
+            if !view.key_tile(kvh, b, rows.ktile, rows.chan)
+                || !view.value_tile(kvh, b, rows.vtile, hdv)
+            {
                 continue;
             }
             for (tt, t) in toks.clone().enumerate() {
@@ -312,7 +346,8 @@ impl Job<'_> {
                 for g in 0..group {
                     let r = tt * group + g;
                     let qr = &self.q[t * q_w + (kvh * group + g) * hd..][..hd];
-                    let s: &mut [f32; B] = (&mut rows.s[r * B..(r + 1) * B]).try_into().expect("32 scores");
+                    let s: &mut [f32; B] =
+                        (&mut rows.s[r * B..(r + 1) * B]).try_into().expect("32 scores");
                     let mut mx = (kern.scores)(qr, rows.ktile, c.attn_scale, s);
                     if c.attn_softcap.is_some() || covers[tt] == Cover::Some {
                         mx = f32::NEG_INFINITY;
@@ -329,7 +364,11 @@ impl Job<'_> {
                         continue;
                     }
                     let m_new = rows.m[r].max(mx);
-                    let alpha = if rows.m[r] == f32::NEG_INFINITY { 0.0 } else { (rows.m[r] - m_new).exp() };
+                    let alpha = if rows.m[r] == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        (rows.m[r] - m_new).exp()
+                    };
                     let sum = (kern.exp_sum)(s, m_new);
                     rows.l[r] = rows.l[r] * alpha + sum;
                     rows.m[r] = m_new;
@@ -343,7 +382,14 @@ impl Job<'_> {
 
 /// `base` cut to one layer of `n_head` query heads over `n_head_kv` KV heads of `hd` channels
 /// (scale 1/√hd), with its own `window` and score `softcap`: for tests and benchmarks.
-pub fn one_layer_config(base: &ModelConfig, n_head: usize, n_head_kv: usize, hd: usize, window: Option<usize>, softcap: Option<f32>) -> ModelConfig {
+pub fn one_layer_config(
+    base: &ModelConfig,
+    n_head: usize,
+    n_head_kv: usize,
+    hd: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+) -> ModelConfig {
     let mut c = base.clone();
     c.n_layer = 1;
     c.n_head = n_head;
@@ -367,7 +413,12 @@ pub struct TileKernels {
     pub pv: fn(&mut [f32], f32, &[f32; B], &[f32]),
 }
 
-pub static GENERIC: TileKernels = TileKernels { name: "generic", scores: scores_generic, exp_sum: exp_sum_generic, pv: pv_generic };
+pub static GENERIC: TileKernels = TileKernels {
+    name: "generic",
+    scores: scores_generic,
+    exp_sum: exp_sum_generic,
+    pv: pv_generic,
+};
 
 /// The fastest tile kernels this CPU runs.
 pub fn kernels() -> &'static TileKernels {
@@ -384,7 +435,9 @@ pub fn kernels() -> &'static TileKernels {
 /// Whether this CPU runs the AVX2 + FMA + F16C kernels of this crate.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn avx2_available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -476,7 +529,9 @@ mod avx2 {
         let lo = _mm256_set1_ps(-87.336_55);
         let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
         let xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
         let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
         let mut p = _mm256_set1_ps(1.987_569_1e-4);
@@ -484,7 +539,10 @@ mod avx2 {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         let y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-        let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+        let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
         _mm256_andnot_ps(under, _mm256_mul_ps(y, pow2n))
     }
 
@@ -531,7 +589,13 @@ mod avx2 {
     /// Columns `[0, 8N)` of `o` (at `o`, row stride of `v`: `d`).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn pv_cols<const N: usize>(o: *mut f32, alpha: __m256, p: &[f32; B], v: *const f32, d: usize) {
+    unsafe fn pv_cols<const N: usize>(
+        o: *mut f32,
+        alpha: __m256,
+        p: &[f32; B],
+        v: *const f32,
+        d: usize,
+    ) {
         let mut acc = [_mm256_setzero_ps(); N];
         for (i, a) in acc.iter_mut().enumerate() {
             *a = _mm256_mul_ps(_mm256_loadu_ps(o.add(8 * i)), alpha);
@@ -603,10 +667,12 @@ mod tests {
             let q: Vec<f32> = (0..d).map(|_| r()).collect();
             let keys: Vec<f32> = (0..B * d).map(|_| r()).collect();
             let (mut s0, mut s1) = ([0.0; B], [0.0; B]);
-            let (m0, m1) = (scores_generic(&q, &keys, 0.125, &mut s0), (k.scores)(&q, &keys, 0.125, &mut s1));
+            let (m0, m1) =
+                (scores_generic(&q, &keys, 0.125, &mut s0), (k.scores)(&q, &keys, 0.125, &mut s1));
             assert!((m0 - m1).abs() < 1e-5, "d={d}");
             assert!(s0.iter().zip(&s1).all(|(a, b)| (a - b).abs() < 1e-5), "d={d}");
-            let (mut o0, mut o1): (Vec<f32>, Vec<f32>) = (0..d).map(|_| r()).map(|v| (v, v)).unzip();
+            let (mut o0, mut o1): (Vec<f32>, Vec<f32>) =
+                (0..d).map(|_| r()).map(|v| (v, v)).unzip();
             let p: [f32; B] = std::array::from_fn(|_| r().abs());
             pv_generic(&mut o0, 0.75, &p, &keys);
             (k.pv)(&mut o1, 0.75, &p, &keys);
@@ -644,8 +710,15 @@ mod tests {
     }
 
     /// A one-layer config of `n_head`/`n_head_kv` heads of `hd`, with the layer's own window.
-    fn config(n_head: usize, n_head_kv: usize, hd: usize, window: Option<usize>, softcap: Option<f32>) -> ModelConfig {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/refdata/tiny/tiny-qwen2.gguf");
+    fn config(
+        n_head: usize,
+        n_head_kv: usize,
+        hd: usize,
+        window: Option<usize>,
+        softcap: Option<f32>,
+    ) -> ModelConfig {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/refdata/tiny/tiny-qwen2.gguf");
         let m = Arc::new(Model::load(&p).expect("tiny model"));
         one_layer_config(&m.config, n_head, n_head_kv, hd, window, softcap)
     }
@@ -662,7 +735,8 @@ mod tests {
             let mut sc = Vec::new();
             for p in sinks.clone().chain(recent.clone()) {
                 let Some(k) = view.key(p, kvh) else { continue };
-                let mut s = qh.iter().zip(&k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * c.attn_scale as f64;
+                let mut s = qh.iter().zip(&k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                    * c.attn_scale as f64;
                 if let Some(cap) = c.attn_softcap {
                     s = cap as f64 * (s / cap as f64).tanh();
                 }
@@ -708,14 +782,29 @@ mod tests {
     fn check(case: &Case, threads: &[usize]) {
         let c = config(case.n_head, case.n_head_kv, case.hd, case.window, case.softcap);
         let n_ctx = 1024;
-        for (kt, vt) in [(KvType::F16, KvType::F16), (KvType::Q8, KvType::Q8), (KvType::Q4, KvType::Q4), (KvType::Q8, KvType::F16)] {
-            let params = ContextParams { n_ctx, n_ubatch: 64, n_seq_max: 2, kv_k: kt, kv_v: vt, kv_window: case.user.map(|u| u.0), kv_sinks: case.user.map_or(0, |u| u.1), ..ContextParams::default() };
+        for (kt, vt) in [
+            (KvType::F16, KvType::F16),
+            (KvType::Q8, KvType::Q8),
+            (KvType::Q4, KvType::Q4),
+            (KvType::Q8, KvType::F16),
+        ] {
+            let params = ContextParams {
+                n_ctx,
+                n_ubatch: 64,
+                n_seq_max: 2,
+                kv_k: kt,
+                kv_v: vt,
+                kv_window: case.user.map(|u| u.0),
+                kv_sinks: case.user.map_or(0, |u| u.1),
+                ..ContextParams::default()
+            };
             let mut kv = KvCache::new(&c, &params);
             let mut r = rng(case.hd as u64 * 31 + case.lens[0] as u64);
             let kvd = c.kv_dim();
             for (seq, &len) in case.lens.iter().enumerate() {
                 for p in 0..len {
-                    let k: Vec<f32> = (0..kvd).map(|i| r() * 2.0 + if i % 16 == 3 { 6.0 } else { 0.0 }).collect();
+                    let k: Vec<f32> =
+                        (0..kvd).map(|i| r() * 2.0 + if i % 16 == 3 { 6.0 } else { 0.0 }).collect();
                     let v: Vec<f32> = (0..kvd).map(|_| r()).collect();
                     kv.write(seq, 0, p, &k, &v).unwrap();
                 }
@@ -729,14 +818,28 @@ mod tests {
             }
             let n = batch.len();
             let q: Vec<f32> = (0..n * c.q_dim()).map(|_| r() * 3.0).collect();
-            let want: Vec<f32> = (0..n).flat_map(|t| naive(&c, &kv, batch.seq[t], batch.pos[t], &q[t * c.q_dim()..(t + 1) * c.q_dim()])).collect();
+            let want: Vec<f32> = (0..n)
+                .flat_map(|t| {
+                    naive(
+                        &c,
+                        &kv,
+                        batch.seq[t],
+                        batch.pos[t],
+                        &q[t * c.q_dim()..(t + 1) * c.q_dim()],
+                    )
+                })
+                .collect();
             for &nth in threads {
                 let pool = ThreadPool::new(nth);
                 let mut tmp = vec![0.0; scratch_floats(&c, nth)];
                 let mut out = vec![f32::NAN; n * c.q_dim()];
                 attention(&pool, &c, &kv, 0, &batch, 0, n, &q, &mut out, &mut tmp);
                 for (i, (a, b)) in out.iter().zip(&want).enumerate() {
-                    assert!((a - b).abs() < 2e-5, "{kt}/{vt} threads {nth}: out[{i}] {a} vs {b} (token {})", i / c.q_dim());
+                    assert!(
+                        (a - b).abs() < 2e-5,
+                        "{kt}/{vt} threads {nth}: out[{i}] {a} vs {b} (token {})",
+                        i / c.q_dim()
+                    );
                 }
             }
         }
@@ -745,8 +848,19 @@ mod tests {
     #[test]
     fn decode_matches_a_naive_softmax_for_every_precision_and_split() {
         // One token, one or two KV heads: split-K over 1..3 threads; odd key counts.
-        for (lens, nkv) in [([1, 0], 1), ([33, 0], 1), ([100, 0], 2), ([517, 7], 1), ([300, 40], 2)] {
-            let case = Case { n_head: 6, n_head_kv: nkv, hd: 64, window: None, user: None, softcap: None, lens, queries: vec![(0, lens[0] - 1)], evict_at: None };
+        for (lens, nkv) in [([1, 0], 1), ([33, 0], 1), ([100, 0], 2), ([517, 7], 1), ([300, 40], 2)]
+        {
+            let case = Case {
+                n_head: 6,
+                n_head_kv: nkv,
+                hd: 64,
+                window: None,
+                user: None,
+                softcap: None,
+                lens,
+                queries: vec![(0, lens[0] - 1)],
+                evict_at: None,
+            };
             check(&case, &[1, 2, 3]);
         }
     }
@@ -758,7 +872,17 @@ mod tests {
         for hd in [64, 20, 128] {
             let mut queries: Vec<(usize, usize)> = (60..100).map(|p| (0, p)).collect();
             queries.extend((0..9).map(|p| (1, p)));
-            let case = Case { n_head: 4, n_head_kv: 2, hd, window: None, user: None, softcap: Some(50.0), lens: [100, 9], queries, evict_at: None };
+            let case = Case {
+                n_head: 4,
+                n_head_kv: 2,
+                hd,
+                window: None,
+                user: None,
+                softcap: Some(50.0),
+                lens: [100, 9],
+                queries,
+                evict_at: None,
+            };
             check(&case, &[1, 2]);
         }
     }
@@ -768,20 +892,51 @@ mod tests {
         // Gemma3-style own window (no sinks), decode and a prefill tile.
         let mut queries: Vec<(usize, usize)> = (240..280).map(|p| (0, p)).collect();
         queries.push((1, 49));
-        let case = Case { n_head: 4, n_head_kv: 1, hd: 64, window: Some(70), user: None, softcap: None, lens: [280, 50], queries, evict_at: None };
+        let case = Case {
+            n_head: 4,
+            n_head_kv: 1,
+            hd: 64,
+            window: Some(70),
+            user: None,
+            softcap: None,
+            lens: [280, 50],
+            queries,
+            evict_at: None,
+        };
         check(&case, &[1, 2]);
         // User window + sinks, with the blocks behind the window freed.
         for (win, sinks) in [(100, 4), (64, 40), (45, 33)] {
-            let case = Case { n_head: 4, n_head_kv: 2, hd: 32, window: None, user: Some((win, sinks)), softcap: None, lens: [400, 0], queries: vec![(0, 399)], evict_at: Some(398) };
+            let case = Case {
+                n_head: 4,
+                n_head_kv: 2,
+                hd: 32,
+                window: None,
+                user: Some((win, sinks)),
+                softcap: None,
+                lens: [400, 0],
+                queries: vec![(0, 399)],
+                evict_at: Some(398),
+            };
             check(&case, &[1, 2, 3]);
-            let case = Case { queries: (380..400).map(|p| (0, p)).collect(), evict_at: None, ..case };
+            let case =
+                Case { queries: (380..400).map(|p| (0, p)).collect(), evict_at: None, ..case };
             check(&case, &[2]);
         }
     }
 
     #[test]
     fn a_sequence_with_nothing_cached_attends_to_zeros() {
-        let case = Case { n_head: 2, n_head_kv: 1, hd: 16, window: None, user: None, softcap: None, lens: [5, 0], queries: vec![(1, 0), (0, 4)], evict_at: None };
+        let case = Case {
+            n_head: 2,
+            n_head_kv: 1,
+            hd: 16,
+            window: None,
+            user: None,
+            softcap: None,
+            lens: [5, 0],
+            queries: vec![(1, 0), (0, 4)],
+            evict_at: None,
+        };
         check(&case, &[1, 2]);
     }
 
@@ -795,7 +950,10 @@ mod tests {
         for nth in 1..=16 {
             for items in 1..=4 * nth {
                 let s = n_splits(items, nth, 1);
-                assert!(s >= 1 && (s == 1 || items * s <= SPLIT_TASKS_PER_THREAD * nth), "items {items} threads {nth}: {s}");
+                assert!(
+                    s >= 1 && (s == 1 || items * s <= SPLIT_TASKS_PER_THREAD * nth),
+                    "items {items} threads {nth}: {s}"
+                );
             }
         }
     }

@@ -66,14 +66,19 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
-        let arch_name = f.architecture().ok_or(ModelError::MissingKey("general.architecture".into()))?;
-        let arch = Arch::from_name(arch_name).ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
+        let arch_name =
+            f.architecture().ok_or(ModelError::MissingKey("general.architecture".into()))?;
+        let arch = Arch::from_name(arch_name)
+            .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
         let spec = arch.spec();
         let key = |k: &str| format!("{arch_name}.{k}");
         let req = |k: &str| -> Result<usize, ModelError> {
             let full = key(k);
             let v = f.get_u64(&full).ok_or_else(|| ModelError::MissingKey(full.clone()))?;
-            usize::try_from(v).ok().filter(|&v| v > 0 && v < (1 << 31)).ok_or(ModelError::BadValue { key: full, value: v.to_string() })
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0 && v < (1 << 31))
+                .ok_or(ModelError::BadValue { key: full, value: v.to_string() })
         };
         let opt_f = |k: &str| f.get_f64(&key(k)).map(|v| v as f32);
 
@@ -85,7 +90,10 @@ impl ModelConfig {
             None => n_head,
         };
         if n_head % n_head_kv != 0 {
-            return Err(ModelError::BadValue { key: key("attention.head_count_kv"), value: format!("{n_head_kv} (does not divide head_count {n_head})") });
+            return Err(ModelError::BadValue {
+                key: key("attention.head_count_kv"),
+                value: format!("{n_head_kv} (does not divide head_count {n_head})"),
+            });
         }
         let head_dim = match f.get_u64(&key("attention.key_length")) {
             Some(_) => req("attention.key_length")?,
@@ -96,7 +104,9 @@ impl ModelConfig {
             None => head_dim,
         };
         if head_dim_v != head_dim {
-            return Err(ModelError::Unsupported(format!("value head size {head_dim_v} differs from key head size {head_dim}")));
+            return Err(ModelError::Unsupported(format!(
+                "value head size {head_dim_v} differs from key head size {head_dim}"
+            )));
         }
         let n_ff = req("feed_forward_length")?;
         let n_rot = match f.get_u64(&key("rope.dimension_count")) {
@@ -104,12 +114,16 @@ impl ModelConfig {
             None => head_dim,
         };
         if n_rot > head_dim || n_rot % 2 != 0 {
-            return Err(ModelError::BadValue { key: key("rope.dimension_count"), value: n_rot.to_string() });
+            return Err(ModelError::BadValue {
+                key: key("rope.dimension_count"),
+                value: n_rot.to_string(),
+            });
         }
         let n_ctx_train = f.get_u64(&key("context_length")).unwrap_or(4096) as usize;
         let rms_eps = opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
         let rope_base = opt_f("rope.freq_base").unwrap_or(10000.0);
-        let rope_base_swa = opt_f("rope.freq_base_swa").unwrap_or(spec.rope_base_swa_default.unwrap_or(rope_base));
+        let rope_base_swa =
+            opt_f("rope.freq_base_swa").unwrap_or(spec.rope_base_swa_default.unwrap_or(rope_base));
         let rope_freq_scale = match f.get_str(&key("rope.scaling.type")) {
             None | Some("none") => 1.0,
             Some("linear") => {
@@ -121,7 +135,8 @@ impl ModelConfig {
             }
             Some(other) => return Err(ModelError::Unsupported(format!("rope scaling type {other:?} (snug supports none and linear; llama3-style scaling comes from the rope_freqs tensor)"))),
         };
-        let window = f.get_u64(&key("attention.sliding_window")).map(|v| v as usize).filter(|&w| w > 0);
+        let window =
+            f.get_u64(&key("attention.sliding_window")).map(|v| v as usize).filter(|&w| w > 0);
         let n_vocab = f
             .get_array("tokenizer.ggml.tokens")
             .map(|a| a.len())
@@ -130,12 +145,15 @@ impl ModelConfig {
 
         let attn_scale = match spec.attn_scale_rule {
             crate::arch::AttnScale::InvSqrtHeadDim => 1.0 / (head_dim as f32).sqrt(),
-            crate::arch::AttnScale::GemmaLarge { n_layer_27b } if n_layer == n_layer_27b => 1.0 / ((n_embd / n_head) as f32).sqrt(),
+            crate::arch::AttnScale::GemmaLarge { n_layer_27b } if n_layer == n_layer_27b => {
+                1.0 / ((n_embd / n_head) as f32).sqrt()
+            }
             crate::arch::AttnScale::GemmaLarge { .. } => 1.0 / (head_dim as f32).sqrt(),
         };
         let softcap = |k: &str| opt_f(k).filter(|&c| c > 0.0);
         let attn_softcap = if spec.softcapping { softcap("attn_logit_softcapping") } else { None };
-        let final_softcap = if spec.softcapping { softcap("final_logit_softcapping") } else { None };
+        let final_softcap =
+            if spec.softcapping { softcap("final_logit_softcapping") } else { None };
         let embd_scale = if spec.scale_embd { (n_embd as f32).sqrt() } else { 1.0 };
 
         let layers = (0..n_layer)

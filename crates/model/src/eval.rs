@@ -48,7 +48,14 @@ pub fn top_k_and_lse(logits: &[f32], k: usize) -> (Vec<(u32, f32)>, f64) {
 /// position, then `n_predict` greedy tokens — or, with `force`, those tokens instead (teacher
 /// forcing). `ctx` must allow at least one output row; prompts are scored in chunks of
 /// `n_outputs_max` tokens.
-pub fn evaluate(ctx: &mut Context, seq: SeqId, prompt: &[u32], n_predict: usize, top_k: usize, force: Option<&[u32]>) -> Result<EvalResult, ModelError> {
+pub fn evaluate(
+    ctx: &mut Context,
+    seq: SeqId,
+    prompt: &[u32],
+    n_predict: usize,
+    top_k: usize,
+    force: Option<&[u32]>,
+) -> Result<EvalResult, ModelError> {
     evaluate_with(ctx, seq, prompt, n_predict, top_k, force, |_, _| {})
 }
 
@@ -103,7 +110,13 @@ pub fn evaluate_with(
         positions.push(row);
     }
     let next_token_after_gen = positions.last().map_or(0, |r| r.top10[0].0);
-    Ok(EvalResult { prompt_tokens: prompt.to_vec(), n_prompt: prompt.len(), gen_tokens, next_token_after_gen, positions })
+    Ok(EvalResult {
+        prompt_tokens: prompt.to_vec(),
+        n_prompt: prompt.len(),
+        gen_tokens,
+        next_token_after_gen,
+        positions,
+    })
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use quant::kernels::{matmul, MatRef};
 use quant::threads::ThreadPool;
 
-use crate::config::ModelConfig;
 use crate::attention::{attention, scratch_floats};
+use crate::config::ModelConfig;
 use crate::kv::{KvCache, KvType, SeqId};
 use crate::ops::{self, RopeTable};
 use crate::weights::{LayerWeights, Mat};
@@ -76,7 +76,17 @@ pub struct ContextParams {
 
 impl Default for ContextParams {
     fn default() -> Self {
-        ContextParams { n_ctx: 4096, n_ubatch: 512, n_outputs_max: 1, n_seq_max: 1, n_threads: 1, kv_k: KvType::F16, kv_v: KvType::F16, kv_window: None, kv_sinks: 4 }
+        ContextParams {
+            n_ctx: 4096,
+            n_ubatch: 512,
+            n_outputs_max: 1,
+            n_seq_max: 1,
+            n_threads: 1,
+            kv_k: KvType::F16,
+            kv_v: KvType::F16,
+            kv_window: None,
+            kv_sinks: 4,
+        }
     }
 }
 
@@ -142,7 +152,16 @@ impl Context {
         let mut s = s;
         s.attn_tmp = vec![0.0; scratch_floats(c, nth)];
         let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
-        Context { pool: ThreadPool::new(nth), kv, s, logits, n_logits: 0, model, params, observer: Default::default() }
+        Context {
+            pool: ThreadPool::new(nth),
+            kv,
+            s,
+            logits,
+            n_logits: 0,
+            model,
+            params,
+            observer: Default::default(),
+        }
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -166,7 +185,11 @@ impl Context {
     /// Logits of the `i`-th output row of the last [`Context::decode`] call.
     pub fn logits(&self, i: usize) -> &[f32] {
         let n = self.model.config.n_vocab;
-        assert!(i < self.n_logits, "logit row {i} requested, the last batch produced {}", self.n_logits);
+        assert!(
+            i < self.n_logits,
+            "logit row {i} requested, the last batch produced {}",
+            self.n_logits
+        );
         &self.logits[i * n..(i + 1) * n]
     }
 
@@ -180,7 +203,10 @@ impl Context {
         let c = &self.model.config;
         let n_out = batch.n_outputs();
         if n_out > self.params.n_outputs_max {
-            return Err(ModelError::TooManyOutputs { requested: n_out, max: self.params.n_outputs_max });
+            return Err(ModelError::TooManyOutputs {
+                requested: n_out,
+                max: self.params.n_outputs_max,
+            });
         }
         for i in 0..batch.len() {
             if batch.tokens[i] as usize >= c.n_vocab {
@@ -214,7 +240,8 @@ impl Context {
             let tok = batch.tokens[b0 + t] as usize;
             let src = &w.tok_embd.data(file)[tok * row_bytes..(tok + 1) * row_bytes];
             let dst = &mut s.x[t * d..(t + 1) * d];
-            quant::dequantize_row(w.tok_embd.ty, src, dst).map_err(|e| ModelError::Kernel(e.to_string()))?;
+            quant::dequantize_row(w.tok_embd.ty, src, dst)
+                .map_err(|e| ModelError::Kernel(e.to_string()))?;
             if c.embd_scale != 1.0 {
                 dst.iter_mut().for_each(|v| *v *= c.embd_scale);
             }
@@ -227,11 +254,27 @@ impl Context {
             let la = c.layers[il];
             // Attention block.
             for t in 0..n {
-                ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.attn_norm, c.rms_eps);
+                ops::rms_norm_into(
+                    &mut s.xn[t * d..(t + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &lw.attn_norm,
+                    c.rms_eps,
+                );
             }
-            gm.run(lw, 0, &s.xn[..n * d], n, &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]], &mut s.qbuf)?;
+            gm.run(
+                lw,
+                0,
+                &s.xn[..n * d],
+                n,
+                &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
+                &mut s.qbuf,
+            )?;
             for t in 0..n {
-                let (q, k, v) = (&mut s.q[t * qd..(t + 1) * qd], &mut s.k[t * kvd..(t + 1) * kvd], &mut s.v[t * kvd..(t + 1) * kvd]);
+                let (q, k, v) = (
+                    &mut s.q[t * qd..(t + 1) * qd],
+                    &mut s.k[t * kvd..(t + 1) * kvd],
+                    &mut s.v[t * kvd..(t + 1) * kvd],
+                );
                 if let Some(b) = &lw.bq {
                     ops::add_assign(q, b);
                 }
@@ -245,12 +288,28 @@ impl Context {
                     q.chunks_mut(hd).for_each(|h| ops::rms_norm(h, qn, c.rms_eps));
                     k.chunks_mut(hd).for_each(|h| ops::rms_norm(h, kn, c.rms_eps));
                 }
-                s.rope.fill(batch.pos[b0 + t], la.rope_base, la.rope_freq_scale, w.rope_freqs.as_deref());
+                s.rope.fill(
+                    batch.pos[b0 + t],
+                    la.rope_base,
+                    la.rope_freq_scale,
+                    w.rope_freqs.as_deref(),
+                );
                 q.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
                 k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
                 self.kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
             }
-            attention(pool, c, &self.kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp);
+            attention(
+                pool,
+                c,
+                &self.kv,
+                il,
+                batch,
+                b0,
+                n,
+                &s.q,
+                &mut s.att[..n * qd],
+                &mut s.attn_tmp,
+            );
             for t in b0..b1 {
                 self.kv.evict(batch.seq[t], il, batch.pos[t]);
             }
@@ -265,9 +324,21 @@ impl Context {
 
             // Feed-forward block.
             for t in 0..n {
-                ops::rms_norm_into(&mut s.xn[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &lw.ffn_norm, c.rms_eps);
+                ops::rms_norm_into(
+                    &mut s.xn[t * d..(t + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &lw.ffn_norm,
+                    c.rms_eps,
+                );
             }
-            gm.run(lw, 2, &s.xn[..n * d], n, &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]], &mut s.qbuf)?;
+            gm.run(
+                lw,
+                2,
+                &s.xn[..n * d],
+                n,
+                &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]],
+                &mut s.qbuf,
+            )?;
             ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
             gm.run(lw, 3, &s.gate[..n * ff], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)?;
             for t in 0..n {
@@ -283,7 +354,12 @@ impl Context {
         let mut n_out = 0;
         for t in 0..n {
             if batch.logits[b0 + t] {
-                ops::rms_norm_into(&mut s.xo[n_out * d..(n_out + 1) * d], &s.x[t * d..(t + 1) * d], &w.output_norm, c.rms_eps);
+                ops::rms_norm_into(
+                    &mut s.xo[n_out * d..(n_out + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &w.output_norm,
+                    c.rms_eps,
+                );
                 n_out += 1;
             }
         }
@@ -321,12 +397,28 @@ impl GroupMm<'_> {
     /// goes block by block: each block's rows are read, used and dropped before the next, so
     /// streaming holds one block of the group, not all of it. Otherwise the group is one
     /// matmul, and its stages are reported done together.
-    fn run(&self, lw: &LayerWeights, g: usize, x: &[f32], m: usize, ys: &mut [&mut [f32]], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+    fn run(
+        &self,
+        lw: &LayerWeights,
+        g: usize,
+        x: &[f32],
+        m: usize,
+        ys: &mut [&mut [f32]],
+        qbuf: &mut Vec<u8>,
+    ) -> Result<(), ModelError> {
         let (mats, n) = lw.group(g);
         let nb = self.blocks[g];
         let first: usize = self.blocks[..g].iter().sum();
         let Some(o) = self.obs else {
-            return mm_shared_input(self.pool, self.file, &[&mats[0], &mats[1], &mats[2]][..n], x, m, ys, qbuf);
+            return mm_shared_input(
+                self.pool,
+                self.file,
+                &[&mats[0], &mats[1], &mats[2]][..n],
+                x,
+                m,
+                ys,
+                qbuf,
+            );
         };
         if m == 1 && nb > 1 && o.streams(self.il) {
             for b in 0..nb {
@@ -338,13 +430,29 @@ impl GroupMm<'_> {
                     *w = w.rows_slice(r0, r1);
                     *part = &mut y[r0..r1];
                 }
-                mm_shared_input(self.pool, self.file, &[&blk[0], &blk[1], &blk[2]][..n], x, 1, &mut parts[..n], qbuf)?;
+                mm_shared_input(
+                    self.pool,
+                    self.file,
+                    &[&blk[0], &blk[1], &blk[2]][..n],
+                    x,
+                    1,
+                    &mut parts[..n],
+                    qbuf,
+                )?;
                 o.after_stage(self.il, first + b);
             }
             return Ok(());
         }
         o.before_stage(self.il, first);
-        mm_shared_input(self.pool, self.file, &[&mats[0], &mats[1], &mats[2]][..n], x, m, ys, qbuf)?;
+        mm_shared_input(
+            self.pool,
+            self.file,
+            &[&mats[0], &mats[1], &mats[2]][..n],
+            x,
+            m,
+            ys,
+            qbuf,
+        )?;
         for b in 0..nb {
             o.after_stage(self.il, first + b);
         }
@@ -354,17 +462,27 @@ impl GroupMm<'_> {
 
 /// Several matrices applied to the same input: when they share an activation format, the input
 /// is quantized once and the pool is handed the work once (`matmul_multi`); otherwise one call each.
-fn mm_shared_input(pool: &ThreadPool, file: &[u8], ws: &[&Mat], x: &[f32], m: usize, ys: &mut [&mut [f32]], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+fn mm_shared_input(
+    pool: &ThreadPool,
+    file: &[u8],
+    ws: &[&Mat],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+    qbuf: &mut Vec<u8>,
+) -> Result<(), ModelError> {
     if let ([w], [y]) = (ws, &mut *ys) {
         return mm(pool, file, w, x, m, y, qbuf);
     }
     let vdt = quant::kernels::vec_dot_type(ws[0].ty);
     if ws.iter().all(|w| quant::kernels::vec_dot_type(w.ty) == vdt) {
-        let mut refs = [MatRef { ty: ws[0].ty, data: &[], rows: 0, cols: 0 }; quant::kernels::MAX_MULTI];
+        let mut refs =
+            [MatRef { ty: ws[0].ty, data: &[], rows: 0, cols: 0 }; quant::kernels::MAX_MULTI];
         for (r, w) in refs.iter_mut().zip(ws) {
             *r = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
         }
-        return quant::kernels::matmul_multi(pool, &refs[..ws.len()], x, m, ys, qbuf).map_err(|e| ModelError::Kernel(e.to_string()));
+        return quant::kernels::matmul_multi(pool, &refs[..ws.len()], x, m, ys, qbuf)
+            .map_err(|e| ModelError::Kernel(e.to_string()));
     }
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         mm(pool, file, w, x, m, y, qbuf)?;
@@ -372,7 +490,15 @@ fn mm_shared_input(pool: &ThreadPool, file: &[u8], ws: &[&Mat], x: &[f32], m: us
     Ok(())
 }
 
-fn mm(pool: &ThreadPool, file: &[u8], w: &Mat, x: &[f32], m: usize, y: &mut [f32], qbuf: &mut Vec<u8>) -> Result<(), ModelError> {
+fn mm(
+    pool: &ThreadPool,
+    file: &[u8],
+    w: &Mat,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    qbuf: &mut Vec<u8>,
+) -> Result<(), ModelError> {
     let mr = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
     matmul(pool, mr, x, m, y, qbuf).map_err(|e| ModelError::Kernel(e.to_string()))
 }

@@ -16,8 +16,8 @@ use std::path::Path;
 pub use arch::Arch;
 pub use config::ModelConfig;
 pub use forward::{Batch, Context, ContextParams};
-pub use kv::{kv_bytes_per_token, KvType, SeqId};
 use gguf::GgufFile;
+pub use kv::{kv_bytes_per_token, KvType, SeqId};
 pub use weights::Weights;
 
 /// A loaded model: the mapped file, its typed configuration and weight views into the mapping.

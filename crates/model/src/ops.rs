@@ -125,7 +125,10 @@ mod avx2 {
                 let g = _mm256_loadu_ps(gate.as_ptr().add(i));
                 let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
                 let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-                _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
+                _mm256_storeu_ps(
+                    gate.as_mut_ptr().add(i),
+                    _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))),
+                );
             }
         }
         super::silu_mul_generic(&mut gate[n8..], &up[n8..]);
@@ -245,7 +248,14 @@ mod tests {
             (silu_kernel())(&mut b, &u);
             for i in 0..n {
                 let tol = 8.0 * f32::EPSILON * a[i].abs() + 1e-30;
-                assert!((a[i] - b[i]).abs() <= tol, "n {n} i {i}: gate {} up {}: {} vs {}", g[i], u[i], a[i], b[i]);
+                assert!(
+                    (a[i] - b[i]).abs() <= tol,
+                    "n {n} i {i}: gate {} up {}: {} vs {}",
+                    g[i],
+                    u[i],
+                    a[i],
+                    b[i]
+                );
             }
         }
     }

@@ -35,7 +35,13 @@ impl Mat {
     /// Rows `r0..r1` as one matrix (used to split fused qkv and gate|up matrices).
     pub fn rows_slice(&self, r0: usize, r1: usize) -> Mat {
         let rb = self.row_bytes();
-        Mat { ty: self.ty, offset: self.offset + r0 * rb, len: (r1 - r0) * rb, rows: r1 - r0, cols: self.cols }
+        Mat {
+            ty: self.ty,
+            offset: self.offset + r0 * rb,
+            len: (r1 - r0) * rb,
+            rows: r1 - r0,
+            cols: self.cols,
+        }
     }
 }
 
@@ -106,18 +112,35 @@ impl Loader<'_> {
         let t = self.info(name)?;
         let (r, c) = t.rows_cols();
         if t.dims.len() != 2 || r != rows || c != cols {
-            return Err(ModelError::BadShape { name: name.to_string(), expected: format!("[{cols}, {rows}]"), found: format!("{:?}", t.dims) });
+            return Err(ModelError::BadShape {
+                name: name.to_string(),
+                expected: format!("[{cols}, {rows}]"),
+                found: format!("{:?}", t.dims),
+            });
         }
         if !quant::kernels::supports(t.ggml_type) {
-            return Err(ModelError::Unsupported(format!("tensor {name} has type {}, which snug cannot compute with yet", t.ggml_type)));
+            return Err(ModelError::Unsupported(format!(
+                "tensor {name} has type {}, which snug cannot compute with yet",
+                t.ggml_type
+            )));
         }
-        Ok(Mat { ty: t.ggml_type, offset: (self.f.data_offset + t.offset) as usize, len: t.size as usize, rows, cols })
+        Ok(Mat {
+            ty: t.ggml_type,
+            offset: (self.f.data_offset + t.offset) as usize,
+            len: t.size as usize,
+            rows,
+            cols,
+        })
     }
 
     fn vec(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         let t = self.info(name)?;
         if t.n_elements() != len as u64 {
-            return Err(ModelError::BadShape { name: name.to_string(), expected: format!("[{len}]"), found: format!("{:?}", t.dims) });
+            return Err(ModelError::BadShape {
+                name: name.to_string(),
+                expected: format!("[{len}]"),
+                found: format!("{:?}", t.dims),
+            });
         }
         let mut out = vec![0.0f32; len];
         quant::dequantize_row(t.ggml_type, self.f.tensor_data(t), &mut out)
@@ -147,16 +170,28 @@ impl Weights {
         let l = Loader { f };
         let (d, q, kv, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
         let tok_embd = l.mat("token_embd.weight", c.n_vocab, d)?;
-        let output = if f.tensor("output.weight").is_some() { l.mat("output.weight", c.n_vocab, d)? } else { tok_embd };
+        let output = if f.tensor("output.weight").is_some() {
+            l.mat("output.weight", c.n_vocab, d)?
+        } else {
+            tok_embd
+        };
         let rope_freqs = l.opt_vec("rope_freqs.weight", c.n_rot / 2)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             let (wq, wk, wv) = if c.spec.fused_qkv {
                 let qkv = l.mat(&n("attn_qkv.weight"), q + 2 * kv, d)?;
-                (qkv.rows_slice(0, q), qkv.rows_slice(q, q + kv), qkv.rows_slice(q + kv, q + 2 * kv))
+                (
+                    qkv.rows_slice(0, q),
+                    qkv.rows_slice(q, q + kv),
+                    qkv.rows_slice(q + kv, q + 2 * kv),
+                )
             } else {
-                (l.mat(&n("attn_q.weight"), q, d)?, l.mat(&n("attn_k.weight"), kv, d)?, l.mat(&n("attn_v.weight"), kv, d)?)
+                (
+                    l.mat(&n("attn_q.weight"), q, d)?,
+                    l.mat(&n("attn_k.weight"), kv, d)?,
+                    l.mat(&n("attn_v.weight"), kv, d)?,
+                )
             };
             let (gate, up) = if c.spec.fused_gate_up {
                 let gu = l.mat(&n("ffn_up.weight"), 2 * ff, d)?;
@@ -165,7 +200,9 @@ impl Weights {
                 (l.mat(&n("ffn_gate.weight"), ff, d)?, l.mat(&n("ffn_up.weight"), ff, d)?)
             };
             if f.tensor(&n("attn_qkv.bias")).is_some() || f.tensor(&n("ffn_up.bias")).is_some() {
-                return Err(ModelError::Unsupported(format!("layer {il} has fused-projection biases")));
+                return Err(ModelError::Unsupported(format!(
+                    "layer {il} has fused-projection biases"
+                )));
             }
             layers.push(LayerWeights {
                 attn_norm: l.vec(&n("attn_norm.weight"), d)?,
@@ -187,7 +224,14 @@ impl Weights {
             });
         }
         let max_group: [u64; GROUPS] = std::array::from_fn(|g| {
-            layers.iter().map(|l| { let (m, n) = l.group(g); m[..n].iter().map(|m| m.len as u64).sum::<u64>() }).max().unwrap_or(0)
+            layers
+                .iter()
+                .map(|l| {
+                    let (m, n) = l.group(g);
+                    m[..n].iter().map(|m| m.len as u64).sum::<u64>()
+                })
+                .max()
+                .unwrap_or(0)
         });
         Ok(Weights {
             stage_blocks: max_group.map(stages::blocks),

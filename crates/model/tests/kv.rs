@@ -30,9 +30,7 @@ fn params(n_ctx: usize, k: KvType, v: KvType) -> ContextParams {
 
 /// Deterministic token stream.
 fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n)
-        .map(|i| ((i as u64 * 2654435761 + 12345) % n_vocab as u64) as u32)
-        .collect()
+    (0..n).map(|i| ((i as u64 * 2654435761 + 12345) % n_vocab as u64) as u32).collect()
 }
 
 /// Log-softmax rows of every position of `toks` (teacher-forced, one sequence).
@@ -64,12 +62,7 @@ fn mean_kl(p: &[Vec<f32>], q: &[Vec<f32>]) -> f64 {
     let kl: f64 = p
         .iter()
         .zip(q)
-        .map(|(a, b)| {
-            a.iter()
-                .zip(b)
-                .map(|(&x, &y)| (x.exp() * (x - y)) as f64)
-                .sum::<f64>()
-        })
+        .map(|(a, b)| a.iter().zip(b).map(|(&x, &y)| (x.exp() * (x - y)) as f64).sum::<f64>())
         .sum();
     kl / p.len() as f64
 }
@@ -128,23 +121,11 @@ fn bytes_per_token_is_exact_and_matches_the_planner_formula() {
         for (k, v) in [(KvType::Q8, KvType::Q4), (KvType::Q4, KvType::Q4)] {
             let mut ctx = Context::new(Arc::clone(&m), params(256, k, v));
             log_probs(&mut ctx, &tokens(64, c.n_vocab));
-            assert_eq!(
-                ctx.kv.bytes_used(),
-                64 * ctx.kv.bytes_per_token(),
-                "{arch} {k}/{v}"
-            );
-            assert_eq!(
-                ctx.kv.bytes_staged(),
-                kv_staged_bytes(c, k),
-                "{arch} {k}/{v}"
-            );
+            assert_eq!(ctx.kv.bytes_used(), 64 * ctx.kv.bytes_per_token(), "{arch} {k}/{v}");
+            assert_eq!(ctx.kv.bytes_staged(), kv_staged_bytes(c, k), "{arch} {k}/{v}");
             let kv_dim = (c.n_head_kv * c.head_dim) as u64;
             let planned = c.n_layer as u64 * plan_kv(k).staged_bytes(kv_dim);
-            assert_eq!(
-                ctx.kv.bytes_staged() as u64,
-                planned,
-                "{arch} {k}/{v}: planner"
-            );
+            assert_eq!(ctx.kv.bytes_staged() as u64, planned, "{arch} {k}/{v}: planner");
         }
     }
 }
@@ -170,9 +151,8 @@ fn quantized_keys_stay_f16_until_their_block_fills_then_are_quantized_per_channe
         // A full block: each channel within half a step (1/top of its range over the block) of
         // the exact key, and not exact.
         let check_block = |quant: &Context, exact: &Context, b: usize| {
-            let (want, got): (Vec<_>, Vec<_>) = (32 * b..32 * (b + 1))
-                .map(|p| (key(exact, p), key(quant, p)))
-                .unzip();
+            let (want, got): (Vec<_>, Vec<_>) =
+                (32 * b..32 * (b + 1)).map(|p| (key(exact, p), key(quant, p))).unzip();
             let mut any_err = false;
             for c in 0..want[0].len() {
                 let col = want.iter().map(|k| k[c]);
@@ -241,10 +221,8 @@ fn quantized_kv_stays_close_to_f16_on_every_tiny_architecture() {
 fn a_window_wider_than_the_text_changes_nothing() {
     let m = tiny("qwen2");
     let toks = tokens(100, m.config.n_vocab);
-    let base = log_probs(
-        &mut Context::new(Arc::clone(&m), params(128, KvType::F16, KvType::F16)),
-        &toks,
-    );
+    let base =
+        log_probs(&mut Context::new(Arc::clone(&m), params(128, KvType::F16, KvType::F16)), &toks);
     let p = ContextParams {
         kv_window: Some(128),
         kv_sinks: 4,
@@ -281,11 +259,7 @@ fn forked_sequences_share_blocks_and_copy_on_write() {
         assert_ne!(ctx.kv.read_keys(1, 0, 39).unwrap(), before, "{kv}");
         // Sequence 1 fills (and, with q4 keys, quantizes) its copy of the block.
         log_probs_at(&mut ctx, 1, 40, &toks[40..]);
-        assert_eq!(
-            ctx.kv.read_keys(0, 0, 39).unwrap(),
-            before,
-            "{kv}: still untouched"
-        );
+        assert_eq!(ctx.kv.read_keys(0, 0, 39).unwrap(), before, "{kv}: still untouched");
         ctx.kv.seq_clear(0);
         ctx.kv.seq_clear(1);
         assert_eq!(ctx.kv.bytes_used(), 0);
@@ -316,18 +290,12 @@ fn a_sliding_window_with_sinks_runs_past_the_context_in_bounded_memory() {
         if pos >= 200 {
             peak = peak.max(ctx.kv.bytes_used());
         }
-        assert!(
-            ctx.kv.read_keys(0, 0, 2).is_some(),
-            "sink positions are kept"
-        );
+        assert!(ctx.kv.read_keys(0, 0, 2).is_some(), "sink positions are kept");
     }
     // Sinks block + the window (64 positions span at most 3 blocks) per layer.
     let bound = 4 * 32 * ctx.kv.bytes_per_token();
     assert!(peak <= bound, "{peak} > {bound}");
-    assert!(
-        ctx.kv.read_keys(0, 0, 500).is_none(),
-        "positions outside the window are freed"
-    );
+    assert!(ctx.kv.read_keys(0, 0, 500).is_none(), "positions outside the window are freed");
     assert!(ctx.kv.seq_evicted(0));
     let _ = c;
 }
@@ -336,24 +304,15 @@ fn a_sliding_window_with_sinks_runs_past_the_context_in_bounded_memory() {
 fn native_sliding_window_layers_hold_at_most_the_window_plus_a_block() {
     let m = tiny("gemma3");
     let c = &m.config;
-    let Some((il, w)) = c
-        .layers
-        .iter()
-        .enumerate()
-        .find_map(|(i, l)| l.window.map(|w| (i, w)))
+    let Some((il, w)) = c.layers.iter().enumerate().find_map(|(i, l)| l.window.map(|w| (i, w)))
     else {
         panic!("tiny-gemma3 has no sliding-window layer");
     };
     let n = (w + 100).min(1024);
     let mut ctx = Context::new(Arc::clone(&m), params(n + 8, KvType::F16, KvType::F16));
     log_probs(&mut ctx, &tokens(n, c.n_vocab));
-    let held = (0..n)
-        .filter(|&p| ctx.kv.read_keys(0, il, p).is_some())
-        .count();
-    assert!(
-        held <= w + 32 + 64,
-        "layer {il} (window {w}) holds {held} positions"
-    );
+    let held = (0..n).filter(|&p| ctx.kv.read_keys(0, il, p).is_some()).count();
+    assert!(held <= w + 32 + 64, "layer {il} (window {w}) holds {held} positions");
     if n > w + 64 + 32 {
         assert!(held < n, "layer {il} freed nothing");
     }

@@ -40,11 +40,7 @@ fn perplexity(
         for start in (0..N_CTX).step_by(rows) {
             b.clear();
             for j in start..start + rows {
-                let t = if j == 0 {
-                    bos.unwrap_or(chunk[0])
-                } else {
-                    chunk[j]
-                };
+                let t = if j == 0 { bos.unwrap_or(chunk[0]) } else { chunk[j] };
                 b.push(t, j, 0, j >= N_CTX / 2 && j + 1 < N_CTX);
             }
             ctx.decode(&b).unwrap();
@@ -54,11 +50,8 @@ fn perplexity(
                     let l = ctx.logits(out);
                     out += 1;
                     let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let lse = max as f64
-                        + l.iter()
-                            .map(|&x| ((x - max) as f64).exp())
-                            .sum::<f64>()
-                            .ln();
+                    let lse =
+                        max as f64 + l.iter().map(|&x| ((x - max) as f64).exp()).sum::<f64>().ln();
                     nll += lse - l[chunk[j + 1] as usize] as f64;
                     count += 1;
                 }
@@ -82,10 +75,8 @@ fn setup() -> Setup {
         "{} is missing: run `snug pull qwen2.5-coder-0.5b` (scripts/test.sh does this)",
         path.display()
     );
-    let chunks: usize = std::env::var("SNUG_KV_PPL_CHUNKS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+    let chunks: usize =
+        std::env::var("SNUG_KV_PPL_CHUNKS").ok().and_then(|s| s.parse().ok()).unwrap_or(4);
     let model = Arc::new(Model::load(&path).unwrap());
     let tok = Tokenizer::from_gguf(&model.file).unwrap();
     let text = std::fs::read_to_string(
@@ -95,28 +86,17 @@ fn setup() -> Setup {
     let toks = tok.encode(&text, true, false);
     assert!(toks.len() >= chunks * N_CTX);
     let bos = if tok.add_bos() { tok.bos() } else { None };
-    Setup {
-        model,
-        toks,
-        bos,
-        chunks,
-    }
+    Setup { model, toks, bos, chunks }
 }
 
 fn check(cases: &[(KvType, KvType, f64)]) {
     let s = setup();
     let base = perplexity(&s.model, &s.toks, s.bos, s.chunks, KvType::F16, KvType::F16);
-    eprintln!(
-        "qwen2.5-coder-0.5b f16: ppl {base:.4} ({} chunks)",
-        s.chunks
-    );
+    eprintln!("qwen2.5-coder-0.5b f16: ppl {base:.4} ({} chunks)", s.chunks);
     for &(k, v, budget) in cases {
         let ppl = perplexity(&s.model, &s.toks, s.bos, s.chunks, k, v);
         let rel = ppl / base - 1.0;
-        eprintln!(
-            "qwen2.5-coder-0.5b {k}/{v}: ppl {ppl:.4} ({:+.2}%)",
-            100.0 * rel
-        );
+        eprintln!("qwen2.5-coder-0.5b {k}/{v}: ppl {ppl:.4} ({:+.2}%)", 100.0 * rel);
         assert!(
             rel <= budget,
             "{k}/{v}: ppl {ppl} is {:+.2}% vs f16 {base}, budget +{:.1}%",
@@ -128,8 +108,5 @@ fn check(cases: &[(KvType, KvType, f64)]) {
 
 #[test]
 fn qwen05_q8_and_q4_caches_within_budget_of_f16() {
-    check(&[
-        (KvType::Q8, KvType::Q8, 0.005),
-        (KvType::Q4, KvType::Q4, 0.05),
-    ]);
+    check(&[(KvType::Q8, KvType::Q8, 0.005), (KvType::Q4, KvType::Q4, 0.05)]);
 }

@@ -18,11 +18,13 @@ fn vm_rss_kib() -> usize {
 #[test]
 fn window_512_with_4_sinks_generates_past_the_context_in_flat_memory() {
     let path = hub::model_path("gemma3-270m");
-    assert!(path.exists(), "{} is missing: run `snug pull gemma3-270m` (scripts/test.sh does this)", path.display());
-    let n: usize = std::env::var("SNUG_KV_WINDOW_TOKENS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000);
+    assert!(
+        path.exists(),
+        "{} is missing: run `snug pull gemma3-270m` (scripts/test.sh does this)",
+        path.display()
+    );
+    let n: usize =
+        std::env::var("SNUG_KV_WINDOW_TOKENS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
     let model = Arc::new(Model::load(&path).unwrap());
     let n_vocab = model.config.n_vocab;
     let p = ContextParams {

@@ -30,7 +30,12 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// (token, logit) pairs of a reference row.
 fn top10(row: &Value) -> Vec<(u32, f64)> {
-    row["top10"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap())).collect()
+    row["top10"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap()))
+        .collect()
 }
 
 struct Compared {
@@ -43,15 +48,25 @@ struct Compared {
 }
 
 fn compare_model(model_path: &PathBuf, reference: &Value, threads: usize) -> Compared {
-    let model = Arc::new(Model::load(model_path).unwrap_or_else(|e| panic!("{}: {e}", model_path.display())));
-    let mut out = Compared { max_dlogit: 0.0, kl: Vec::new(), greedy_failures: Vec::new(), positions: 0 };
+    let model = Arc::new(
+        Model::load(model_path).unwrap_or_else(|e| panic!("{}: {e}", model_path.display())),
+    );
+    let mut out =
+        Compared { max_dlogit: 0.0, kl: Vec::new(), greedy_failures: Vec::new(), positions: 0 };
     for result in reference["results"].as_array().unwrap() {
         let name = result["name"].as_str().unwrap();
         let prompt = ids(&result["prompt_tokens"]);
         let gen = ids(&result["gen_tokens"]);
         let rows = result["positions"].as_array().unwrap();
         let n_ctx = prompt.len() + gen.len() + 8;
-        let params = ContextParams { n_ctx, n_ubatch: 256, n_outputs_max: 256, n_seq_max: 1, n_threads: threads, ..ContextParams::default() };
+        let params = ContextParams {
+            n_ctx,
+            n_ubatch: 256,
+            n_outputs_max: 256,
+            n_seq_max: 1,
+            n_threads: threads,
+            ..ContextParams::default()
+        };
         let mut ctx = Context::new(Arc::clone(&model), params);
         let mut snug_argmax = Vec::new();
         let mut i = 0;
@@ -85,7 +100,8 @@ fn compare_model(model_path: &PathBuf, reference: &Value, threads: usize) -> Com
             }
             let mine = snug_argmax[prompt.len() - 1 + j];
             if mine != tok {
-                out.greedy_failures.push(format!("{name}: generated token {j}: llama.cpp {tok}, snug {mine}"));
+                out.greedy_failures
+                    .push(format!("{name}: generated token {j}: llama.cpp {tok}, snug {mine}"));
                 break;
             }
         }
@@ -103,8 +119,12 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 /// both top-10 lists.
 fn llamacpp_self_distance(main: &Value, variant: &Value) -> f64 {
     let mut worst: f64 = 0.0;
-    for (a, b) in main["results"].as_array().unwrap().iter().zip(variant["results"].as_array().unwrap()) {
-        for (ra, rb) in a["positions"].as_array().unwrap().iter().zip(b["positions"].as_array().unwrap()) {
+    for (a, b) in
+        main["results"].as_array().unwrap().iter().zip(variant["results"].as_array().unwrap())
+    {
+        for (ra, rb) in
+            a["positions"].as_array().unwrap().iter().zip(b["positions"].as_array().unwrap())
+        {
             let tb = top10(rb);
             for (tok, la) in top10(ra) {
                 if let Some(&(_, lb)) = tb.iter().find(|(t, _)| *t == tok) {
@@ -118,7 +138,8 @@ fn llamacpp_self_distance(main: &Value, variant: &Value) -> f64 {
 
 fn check_tiny(arch: &str) {
     let main = load_json(&testdata(&format!("tiny/tiny-{arch}.llamacpp.json")));
-    let variant = load_json(&testdata(&format!("tiny/variants/tiny-{arch}.llamacpp.fa_off_kvf32.json")));
+    let variant =
+        load_json(&testdata(&format!("tiny/variants/tiny-{arch}.llamacpp.fa_off_kvf32.json")));
     let yardstick = llamacpp_self_distance(&main, &variant);
     let c = compare_model(&testdata(&format!("tiny/tiny-{arch}.gguf")), &main, 2);
     eprintln!(
@@ -128,7 +149,12 @@ fn check_tiny(arch: &str) {
         yardstick,
         c.kl.iter().sum::<f64>() / c.kl.len() as f64
     );
-    assert!(c.max_dlogit <= 2.0 * yardstick.max(1e-3), "tiny-{arch}: max |dlogit| {} > 2 × {}", c.max_dlogit, yardstick);
+    assert!(
+        c.max_dlogit <= 2.0 * yardstick.max(1e-3),
+        "tiny-{arch}: max |dlogit| {} > 2 × {}",
+        c.max_dlogit,
+        yardstick
+    );
     assert!(c.greedy_failures.is_empty(), "{:?}", c.greedy_failures);
 }
 
@@ -159,13 +185,26 @@ fn tiny_phi3_matches_llamacpp() {
 
 fn check_real(alias: &str, refname: &str) {
     let path = hub::model_path(alias);
-    assert!(path.is_file(), "{} is missing: run `snug pull {alias}` (scripts/test.sh does this)", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run `snug pull {alias}` (scripts/test.sh does this)",
+        path.display()
+    );
     let reference = load_json(&testdata(&format!("{refname}.llamacpp.json")));
     let c = compare_model(&path, &reference, 2);
     let mean = c.kl.iter().sum::<f64>() / c.kl.len() as f64;
     let p99 = percentile(&c.kl, 0.99);
-    eprintln!("{alias}: {} positions, KL mean {mean:.5} p99 {p99:.5} max {:.5}, max |dlogit| {:.3}", c.positions, percentile(&c.kl, 1.0), c.max_dlogit);
-    assert!(c.greedy_failures.is_empty(), "{alias}: greedy disagreement before any near-tie: {:?}", c.greedy_failures);
+    eprintln!(
+        "{alias}: {} positions, KL mean {mean:.5} p99 {p99:.5} max {:.5}, max |dlogit| {:.3}",
+        c.positions,
+        percentile(&c.kl, 1.0),
+        c.max_dlogit
+    );
+    assert!(
+        c.greedy_failures.is_empty(),
+        "{alias}: greedy disagreement before any near-tie: {:?}",
+        c.greedy_failures
+    );
     assert!(mean <= 0.015, "{alias}: mean KL {mean} > 0.015");
     assert!(p99 <= 0.1, "{alias}: p99 KL {p99} > 0.1");
 }

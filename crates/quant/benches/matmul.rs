@@ -109,12 +109,7 @@ fn hot(path: Isa, ty: GgmlType, cols: usize) {
     let x: Vec<f32> = (0..cols).map(|k| ((k % 13) as f32 - 6.0) * 0.1).collect();
     let mut y = vec![0f32; rows];
     let mut scratch = Vec::new();
-    let mat = MatRef {
-        ty,
-        data: &w,
-        rows,
-        cols,
-    };
+    let mat = MatRef { ty, data: &w, rows, cols };
     let mut runs = Vec::new();
     for _ in 0..5 {
         let c = thread_cpu_ns();
@@ -132,19 +127,13 @@ fn hot(path: Isa, ty: GgmlType, cols: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    let arg = |k: &str| {
-        args.iter()
-            .find_map(|a| a.strip_prefix(&format!("{k}=")).map(str::to_owned))
-    };
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let arg =
+        |k: &str| args.iter().find_map(|a| a.strip_prefix(&format!("{k}=")).map(str::to_owned));
     let threads: usize = arg("threads").and_then(|v| v.parse().ok()).unwrap_or(2);
     let reps: usize = arg("reps").and_then(|v| v.parse().ok()).unwrap_or(5);
-    let path = arg("isa")
-        .and_then(|v| Isa::ALL.into_iter().find(|i| i.name() == v))
-        .unwrap_or_else(isa);
+    let path =
+        arg("isa").and_then(|v| Isa::ALL.into_iter().find(|i| i.name() == v)).unwrap_or_else(isa);
     let modes = ["gemv", "gemm", "hot", "pool"];
     let want =
         |k: &str| args.iter().any(|a| a == k) || !args.iter().any(|a| modes.contains(&a.as_str()));
@@ -177,21 +166,15 @@ fn main() {
         if want("gemv") {
             // Enough copies to overflow L3 so every call streams from DRAM.
             let copies = (512usize << 20).div_ceil(bytes).clamp(2, 64);
-            let ws: Vec<Vec<u8>> = (0..copies)
-                .map(|i| weights(ty, rows, cols, i as u64 + 7))
-                .collect();
+            let ws: Vec<Vec<u8>> =
+                (0..copies).map(|i| weights(ty, rows, cols, i as u64 + 7)).collect();
             let x: Vec<f32> = (0..cols).map(|k| ((k % 17) as f32 - 8.0) * 0.1).collect();
             let mut y = vec![0f32; rows];
             let (mut runs, mut cpu_runs) = (Vec::new(), Vec::new());
             for _ in 0..reps {
                 let (t, c) = (Instant::now(), thread_cpu_ns());
                 for w in &ws {
-                    let mat = MatRef {
-                        ty,
-                        data: w,
-                        rows,
-                        cols,
-                    };
+                    let mat = MatRef { ty, data: w, rows, cols };
                     matmul_with(path, &pool, mat, &x, 1, &mut y, &mut scratch).unwrap();
                 }
                 runs.push((bytes * copies) as f64 / t.elapsed().as_secs_f64() / 1e9);
@@ -212,16 +195,9 @@ fn main() {
         if want("gemm") {
             let m = 512;
             let w = weights(ty, rows, cols, 3);
-            let x: Vec<f32> = (0..m * cols)
-                .map(|k| ((k % 23) as f32 - 11.0) * 0.05)
-                .collect();
+            let x: Vec<f32> = (0..m * cols).map(|k| ((k % 23) as f32 - 11.0) * 0.05).collect();
             let mut y = vec![0f32; m * rows];
-            let mat = MatRef {
-                ty,
-                data: &w,
-                rows,
-                cols,
-            };
+            let mat = MatRef { ty, data: &w, rows, cols };
             let flop = 2.0 * (rows * cols * m) as f64;
             let (mut runs, mut cpu_runs) = (Vec::new(), Vec::new());
             let budget = Instant::now();

@@ -19,9 +19,8 @@ pub const QK: usize = 32;
 pub const K_SCALE_SIZE: usize = 12;
 
 /// Codebook of IQ4_NL and IQ4_XS: the 16 non-linear levels a 4-bit index selects.
-pub const IQ4_NL_VALUES: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
+pub const IQ4_NL_VALUES: [i8; 16] =
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// A block format: plain bytes of exactly `TYPE.type_size()` bytes holding `TYPE.block_size()`
 /// values.
@@ -251,10 +250,7 @@ pub fn scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 

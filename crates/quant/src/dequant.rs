@@ -27,11 +27,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         }
         F16 => halves::<f16>(src, dst),
         BF16 => halves::<bf16>(src, dst),
-        _ => with_block!(
-            ty,
-            blocks(src, dst),
-            return Err(QuantError::Unsupported(ty))
-        ),
+        _ => with_block!(ty, blocks(src, dst), return Err(QuantError::Unsupported(ty))),
     }
     Ok(())
 }
@@ -74,10 +70,7 @@ pub trait Dequantize: Block {
 
 /// Dequantize whole blocks; lengths were checked by the caller.
 fn blocks<B: Dequantize>(src: &[u8], dst: &mut [f32]) {
-    for (b, y) in src
-        .chunks_exact(B::BYTES)
-        .zip(dst.chunks_exact_mut(B::VALUES))
-    {
+    for (b, y) in src.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(B::VALUES)) {
         B::read(b).dequantize(y);
     }
 }
@@ -251,10 +244,7 @@ impl Dequantize for BlockQ6K {
         // high), its top 2 bits from qh[l] >> 2k, and scale 2k + l / 16. ggml's d * sc * q is
         // (d * sc) * q, so the product per 16 values is hoisted without changing any bit.
         for (n, y) in y.chunks_exact_mut(128).enumerate() {
-            let (qh, sc) = (
-                &self.qh[32 * n..32 * n + 32],
-                &self.scales[8 * n..8 * n + 8],
-            );
+            let (qh, sc) = (&self.qh[32 * n..32 * n + 32], &self.scales[8 * n..8 * n + 8]);
             for (k, y) in y.chunks_exact_mut(32).enumerate() {
                 let ql = &self.ql[64 * n + 32 * (k % 2)..64 * n + 32 * (k % 2) + 32];
                 for (s, y) in y.chunks_exact_mut(16).enumerate() {
@@ -274,21 +264,14 @@ impl Dequantize for BlockQ6K {
 impl Dequantize for BlockIQ4NL {
     fn dequantize(&self, y: &mut [f32]) {
         let d = self.d.to_f32();
-        nibbles(&self.qs, y, |q| {
-            d * f32::from(IQ4_NL_VALUES[usize::from(q)])
-        });
+        nibbles(&self.qs, y, |q| d * f32::from(IQ4_NL_VALUES[usize::from(q)]));
     }
 }
 
 impl Dequantize for BlockIQ4XS {
     fn dequantize(&self, y: &mut [f32]) {
         let d = self.d.to_f32();
-        for (ib, (qs, y)) in self
-            .qs
-            .chunks_exact(16)
-            .zip(y.chunks_exact_mut(32))
-            .enumerate()
-        {
+        for (ib, (qs, y)) in self.qs.chunks_exact(16).zip(y.chunks_exact_mut(32)).enumerate() {
             let dl = d * scale_iq4xs(self, ib) as f32;
             nibbles(qs, y, |q| dl * f32::from(IQ4_NL_VALUES[usize::from(q)]));
         }
@@ -303,15 +286,7 @@ mod tests {
     fn wrong_source_length_is_an_error_not_a_panic() {
         let mut dst = [0f32; 256];
         let err = dequantize_row(GgmlType::Q4K, &[0u8; 143], &mut dst).unwrap_err();
-        assert_eq!(
-            err,
-            QuantError::ByteLen {
-                ty: GgmlType::Q4K,
-                n: 256,
-                expected: 144,
-                got: 143
-            }
-        );
+        assert_eq!(err, QuantError::ByteLen { ty: GgmlType::Q4K, n: 256, expected: 144, got: 143 });
         assert!(err.to_string().contains("144 bytes"), "{err}");
     }
 
@@ -319,17 +294,7 @@ mod tests {
     fn partial_block_is_an_error() {
         let mut dst = [0f32; 100];
         let err = dequantize_row(GgmlType::Q8_0, &[0u8; 34 * 4], &mut dst).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                QuantError::PartialBlock {
-                    n: 100,
-                    block: 32,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, QuantError::PartialBlock { n: 100, block: 32, .. }), "{err}");
     }
 
     #[test]
@@ -349,10 +314,7 @@ mod tests {
             let r = dequantize_row(ty, &src, &mut dst);
             assert_eq!(r.is_ok(), can_dequantize(ty), "{ty}: {r:?}");
             if r.is_ok() {
-                assert!(
-                    dst.iter().all(|&v| v == 0.0),
-                    "{ty}: zero bytes must give zeros"
-                );
+                assert!(dst.iter().all(|&v| v == 0.0), "{ty}: zero bytes must give zeros");
             }
         }
     }
@@ -380,9 +342,7 @@ mod tests {
             // And whole rows of random blocks, which always decode.
             if can_dequantize(ty) {
                 let n = ty.block_size() * 3;
-                let src: Vec<u8> = (0..ty.row_bytes(n).unwrap())
-                    .map(|_| next() as u8)
-                    .collect();
+                let src: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| next() as u8).collect();
                 dequantize_row(ty, &src, &mut vec![0f32; n]).unwrap();
             }
         }

@@ -19,29 +19,16 @@ pub enum QuantError {
     CannotQuantize(GgmlType),
     /// The row length is not a whole number of blocks.
     #[error("a {ty} row of {n} values is not a whole number of {block}-value blocks")]
-    PartialBlock {
-        ty: GgmlType,
-        n: usize,
-        block: usize,
-    },
+    PartialBlock { ty: GgmlType, n: usize, block: usize },
     /// The quantized buffer has the wrong size for the number of values.
     #[error("a {ty} row of {n} values takes {expected} bytes, but the buffer has {got}")]
-    ByteLen {
-        ty: GgmlType,
-        n: usize,
-        expected: usize,
-        got: usize,
-    },
+    ByteLen { ty: GgmlType, n: usize, expected: usize, got: usize },
 }
 
 impl QuantError {
     /// Bytes a row of `n` values of `ty` occupies, or the error saying why `n` is not a row.
     pub fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
-        ty.row_bytes(n).ok_or(QuantError::PartialBlock {
-            ty,
-            n,
-            block: ty.block_size(),
-        })
+        ty.row_bytes(n).ok_or(QuantError::PartialBlock { ty, n, block: ty.block_size() })
     }
 
     /// Check that `bytes` is exactly a row of `n` values of `ty`.
@@ -50,12 +37,7 @@ impl QuantError {
         if expected == bytes {
             Ok(())
         } else {
-            Err(QuantError::ByteLen {
-                ty,
-                n,
-                expected,
-                got: bytes,
-            })
+            Err(QuantError::ByteLen { ty, n, expected, got: bytes })
         }
     }
 }

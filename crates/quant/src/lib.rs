@@ -4,8 +4,8 @@
 pub mod blocks;
 mod dequant;
 mod error;
-mod quantize;
 pub mod kernels;
+mod quantize;
 pub mod threads;
 mod types;
 

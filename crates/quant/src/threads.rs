@@ -69,12 +69,8 @@ impl ThreadPool {
             n_threads,
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            claimed: (0..n_threads)
-                .map(|_| Padded(AtomicUsize::new(0)))
-                .collect(),
-            done: (0..n_threads)
-                .map(|_| Padded(AtomicUsize::new(0)))
-                .collect(),
+            claimed: (0..n_threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
+            done: (0..n_threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
             sleepers: AtomicUsize::new(0),
             panic: Mutex::new(None),
             shutdown: AtomicBool::new(false),
@@ -107,10 +103,7 @@ impl ThreadPool {
         let sh = &*self.shared;
         let nth = sh.n_threads;
         if nth == 1
-            || sh
-                .busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
+            || sh.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err()
         {
             (0..nth).for_each(|ith| f(ith, nth));
             return;
@@ -120,10 +113,8 @@ impl ThreadPool {
         // every call claimed by a worker has finished (the `done` wait below, also on panic), and
         // we own `busy`, so no worker reads `job` concurrently with this write.
         unsafe {
-            *sh.job.get() = Some(std::mem::transmute::<
-                *const (dyn Fn(usize, usize) + Sync + '_),
-                Job,
-            >(job));
+            *sh.job.get() =
+                Some(std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), Job>(job));
         }
         let gen = sh.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
@@ -237,8 +228,6 @@ impl Drop for ThreadPool {
 
 impl std::fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadPool")
-            .field("n_threads", &self.n_threads())
-            .finish()
+        f.debug_struct("ThreadPool").field("n_threads", &self.n_threads()).finish()
     }
 }

@@ -15,10 +15,7 @@ const MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1
 fn reference() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run scripts/gen_quant_fixtures.py --models",
-            path.display()
-        )
+        panic!("{}: {e}; run scripts/gen_quant_fixtures.py --models", path.display())
     });
     serde_json::from_str(&text).expect("models.json is valid JSON")
 }
@@ -35,10 +32,7 @@ struct Tally {
 fn digest(file: &gguf::GgufFile, t: &gguf::TensorInfo, sample_idx: &[u64]) -> (String, Vec<f32>) {
     let (rows, cols) = t.rows_cols();
     let data = file.tensor_data(t);
-    let row_bytes = t
-        .ggml_type
-        .row_bytes(cols)
-        .expect("gguf checked whole blocks");
+    let row_bytes = t.ggml_type.row_bytes(cols).expect("gguf checked whole blocks");
     assert_eq!(data.len(), rows * row_bytes, "{}: data size", t.name);
     let mut row = vec![0f32; cols];
     let mut bytes = vec![0u8; cols * 4];
@@ -77,9 +71,7 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
         );
         let file =
             gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let want_bytes = reference["models"][alias]["file_bytes"]
-            .as_u64()
-            .expect("file_bytes");
+        let want_bytes = reference["models"][alias]["file_bytes"].as_u64().expect("file_bytes");
         assert_eq!(
             file.file_len(),
             want_bytes,
@@ -87,9 +79,7 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
              fixtures/models.json with scripts/gen_quant_fixtures.py --models",
             path.display()
         );
-        let want = reference["models"][alias]["tensors"]
-            .as_array()
-            .expect("tensors list");
+        let want = reference["models"][alias]["tensors"].as_array().expect("tensors list");
         assert_eq!(
             file.tensors.len(),
             want.len(),
@@ -97,19 +87,13 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
         );
         for w in want {
             let name = w["name"].as_str().expect("name");
-            let t = file
-                .tensor(name)
-                .unwrap_or_else(|| panic!("{alias}: no tensor {name}"));
+            let t = file.tensor(name).unwrap_or_else(|| panic!("{alias}: no tensor {name}"));
             assert_eq!(
                 t.ggml_type.name().to_uppercase(),
                 w["type"].as_str().unwrap().to_uppercase(),
                 "{alias}/{name}: type"
             );
-            assert_eq!(
-                t.n_elements(),
-                w["n_values"].as_u64().unwrap(),
-                "{alias}/{name}: size"
-            );
+            assert_eq!(t.n_elements(), w["n_values"].as_u64().unwrap(), "{alias}/{name}: size");
             let pairs = w["samples"].as_array().expect("samples");
             let idx: Vec<u64> = pairs.iter().map(|p| p[0].as_u64().unwrap()).collect();
             let (sha, got) = digest(&file, t, &idx);
@@ -139,21 +123,11 @@ fn every_tensor_of_the_real_models_dequantizes_bit_identical_to_gguf_py() {
         }
     }
     for (ty, t) in &tally {
-        println!(
-            "{ty:>5}: {} tensors, {} values, bit-identical to gguf-py",
-            t.tensors, t.values
-        );
+        println!("{ty:>5}: {} tensors, {} values, bit-identical to gguf-py", t.tensors, t.values);
     }
-    assert!(
-        failures.is_empty(),
-        "{} tensors differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    let types: Vec<GgmlType> = tally
-        .keys()
-        .filter_map(|n| GgmlType::ALL.into_iter().find(|t| t.name() == n))
-        .collect();
+    assert!(failures.is_empty(), "{} tensors differ:\n{}", failures.len(), failures.join("\n"));
+    let types: Vec<GgmlType> =
+        tally.keys().filter_map(|n| GgmlType::ALL.into_iter().find(|t| t.name() == n)).collect();
     assert!(
         types.contains(&GgmlType::Q4K) && types.contains(&GgmlType::Q6K),
         "models cover q4_K and q6_K"

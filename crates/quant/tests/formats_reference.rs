@@ -22,9 +22,7 @@ fn manifest(file: &str) -> Value {
 /// (type, n_values, first file bytes, second file bytes) for each entry of a manifest section.
 fn entries(file: &str, section: &str) -> Vec<(GgmlType, usize, Vec<u8>, Vec<u8>)> {
     let m = manifest(file);
-    let list = m[section]
-        .as_array()
-        .unwrap_or_else(|| panic!("manifest has no {section}"));
+    let list = m[section].as_array().unwrap_or_else(|| panic!("manifest has no {section}"));
     list.iter()
         .map(|e| {
             let id = e["id"].as_u64().expect("id") as u32;
@@ -40,10 +38,7 @@ fn entries(file: &str, section: &str) -> Vec<(GgmlType, usize, Vec<u8>, Vec<u8>)
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 #[test]
@@ -72,21 +67,11 @@ fn dequantize_block_by_block_matches_whole_row() {
     // Rows of one block each must give the same values as one long row: no state across blocks.
     for (ty, n, raw, expected) in entries("manifest.json", "blocks") {
         let expected = f32s(&expected);
-        let (bs, ts) = (
-            ty.block_size().max(64),
-            ty.row_bytes(ty.block_size().max(64)).unwrap(),
-        );
-        for (i, (src, want)) in raw
-            .chunks_exact(ts)
-            .zip(expected.chunks_exact(bs))
-            .enumerate()
-        {
+        let (bs, ts) = (ty.block_size().max(64), ty.row_bytes(ty.block_size().max(64)).unwrap());
+        for (i, (src, want)) in raw.chunks_exact(ts).zip(expected.chunks_exact(bs)).enumerate() {
             let mut got = vec![0f32; bs];
             dequantize_row(ty, src, &mut got).unwrap();
-            let same = got
-                .iter()
-                .zip(want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let same = got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{ty}: chunk {i} of {n} values differs");
         }
     }
@@ -118,9 +103,6 @@ fn assert_quantize_matches(all: Vec<(GgmlType, usize, Vec<u8>, Vec<u8>)>, refere
         let diff: Vec<_> = (0..got.len() / bs)
             .filter(|&b| got[b * bs..(b + 1) * bs] != expected[b * bs..(b + 1) * bs])
             .collect();
-        assert!(
-            diff.is_empty(),
-            "{ty}: blocks differing from {reference}: {diff:?}"
-        );
+        assert!(diff.is_empty(), "{ty}: blocks differing from {reference}: {diff:?}");
     }
 }

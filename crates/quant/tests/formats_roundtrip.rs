@@ -44,16 +44,10 @@ fn can_quantize_lists_exactly_the_quantizable_formats() {
 /// sqrt(Σ diff²) / n, budget 0.002 (2-bit 0.0075, 3-bit 0.0040).
 #[test]
 fn round_trip_error_within_llama_cpp_test_quantize_fns_budget() {
-    let x: Vec<f32> = (0..32 * 128)
-        .map(|i| 0.1 + 2.0 * (i as f32).cos())
-        .collect();
+    let x: Vec<f32> = (0..32 * 128).map(|i| 0.1 + 2.0 * (i as f32).cos()).collect();
     for ty in QUANTIZABLE {
         let y = round_trip(ty, &x);
-        let sum: f64 = x
-            .iter()
-            .zip(&y)
-            .map(|(a, b)| f64::from(a - b).powi(2))
-            .sum();
+        let sum: f64 = x.iter().zip(&y).map(|(a, b)| f64::from(a - b).powi(2)).sum();
         let err = sum.sqrt() as f32 / x.len() as f32;
         let budget = match ty {
             GgmlType::Q2K => 0.0075,
@@ -86,12 +80,7 @@ fn round_trip_relative_rmse_within_per_format_budget() {
     for ty in QUANTIZABLE {
         let y = round_trip(ty, &x);
         assert!(y.iter().all(|v| v.is_finite()), "{ty}: non-finite output");
-        let mse = x
-            .iter()
-            .zip(&y)
-            .map(|(a, b)| f64::from(a - b).powi(2))
-            .sum::<f64>()
-            / n as f64;
+        let mse = x.iter().zip(&y).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>() / n as f64;
         let rel = mse.sqrt() / rms_x;
         let budget = match ty {
             GgmlType::F32 => 0.0,
@@ -110,10 +99,7 @@ fn round_trip_relative_rmse_within_per_format_budget() {
             other => panic!("no budget for {other}"),
         };
         println!("{ty:>5}: relative rmse {rel:.5} (budget {budget})");
-        assert!(
-            rel <= budget,
-            "{ty}: relative rmse {rel} over budget {budget}"
-        );
+        assert!(rel <= budget, "{ty}: relative rmse {rel} over budget {budget}");
     }
 }
 
@@ -121,10 +107,7 @@ fn round_trip_relative_rmse_within_per_format_budget() {
 fn zero_rows_round_trip_to_zeros() {
     for ty in QUANTIZABLE {
         let zeros = vec![0f32; 512];
-        assert!(
-            round_trip(ty, &zeros).iter().all(|&v| v == 0.0),
-            "{ty}: zeros"
-        );
+        assert!(round_trip(ty, &zeros).iter().all(|&v| v == 0.0), "{ty}: zeros");
     }
 }
 
@@ -149,9 +132,8 @@ fn arbitrary_bit_patterns_do_not_panic() {
             let x: Vec<f32> = (0..512).map(|_| f32::from_bits(rng.gen())).collect();
             let _ = round_trip(ty, &x);
         }
-        let huge: Vec<f32> = (0..512)
-            .map(|i| if i % 2 == 0 { f32::MAX } else { -f32::MAX })
-            .collect();
+        let huge: Vec<f32> =
+            (0..512).map(|i| if i % 2 == 0 { f32::MAX } else { -f32::MAX }).collect();
         let _ = round_trip(ty, &huge);
     }
 }

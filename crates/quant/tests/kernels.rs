@@ -46,9 +46,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
 fn random_row(rng: &mut StdRng, ty: GgmlType, n: usize) -> Vec<u8> {
     let bytes = ty.row_bytes(n).unwrap();
     match ty {
-        GgmlType::F32 => (0..n)
-            .flat_map(|_| rng.gen_range(-1f32..1.0).to_le_bytes())
-            .collect(),
+        GgmlType::F32 => (0..n).flat_map(|_| rng.gen_range(-1f32..1.0).to_le_bytes()).collect(),
         GgmlType::F16 => (0..n)
             .flat_map(|_| half::f16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
             .collect(),
@@ -84,10 +82,7 @@ fn act_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
 }
 
 fn simd_paths() -> Vec<Isa> {
-    Isa::all_available()
-        .into_iter()
-        .filter(|i| *i != Isa::Scalar)
-        .collect()
+    Isa::all_available().into_iter().filter(|i| *i != Isa::Scalar).collect()
 }
 
 fn close(a: f32, b: f32, scale: f32, tol: f32) -> bool {
@@ -101,11 +96,7 @@ fn every_simd_dot_matches_its_scalar_twin_on_odd_lengths() {
         for ty in TYPES {
             let block = ty.block_size().max(vec_dot_type(ty).block_size());
             for blocks in [1usize, 3, 7] {
-                let n = if block == 1 {
-                    blocks * 16 + 5
-                } else {
-                    blocks * block
-                };
+                let n = if block == 1 { blocks * 16 + 5 } else { blocks * block };
                 for _ in 0..4 {
                     let w = random_row(&mut rng, ty, n);
                     let x = random_f32(&mut rng, n);
@@ -140,9 +131,8 @@ fn every_multi_row_kernel_matches_single_row_dots() {
             let n = 3 * block + if ty.block_size() == 1 { 3 } else { 0 };
             let w = random_row(&mut rng, ty, n);
             for rows in [2, 4, TILE] {
-                let xs: Vec<Vec<u8>> = (0..rows)
-                    .map(|_| act_row(ty, &random_f32(&mut rng, n)))
-                    .collect();
+                let xs: Vec<Vec<u8>> =
+                    (0..rows).map(|_| act_row(ty, &random_f32(&mut rng, n))).collect();
                 let mut got = vec![0f32; rows];
                 vec_dot_rows_with(isa, ty, n, &w, &xs.concat(), &mut got).unwrap();
                 for (c, x) in xs.iter().enumerate() {
@@ -210,11 +200,7 @@ fn reference(ty: GgmlType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usi
 }
 
 fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| ((a - b) as f64).powi(2))
-        .sum();
+    let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
     let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
     (num / den.max(1e-30)).sqrt() as f32
 }
@@ -227,20 +213,14 @@ fn matmul_on_every_path_matches_f32_math_on_dequantized_weights() {
     for isa in Isa::all_available() {
         for ty in TYPES {
             let cols = 2 * ty.block_size().max(vec_dot_type(ty).block_size()).max(32);
-            for (i, (rows, m)) in [(37usize, 1usize), (19, 3), (8, 4), (21, 7), (13, 33)]
-                .into_iter()
-                .enumerate()
+            for (i, (rows, m)) in
+                [(37usize, 1usize), (19, 3), (8, 4), (21, 7), (13, 33)].into_iter().enumerate()
             {
                 let w = random_row(&mut rng, ty, rows * cols);
                 let x = random_f32(&mut rng, m * cols);
                 let want = reference(ty, &w, rows, cols, &x, m);
                 let mut y = vec![f32::NAN; m * rows];
-                let mat = MatRef {
-                    ty,
-                    data: &w,
-                    rows,
-                    cols,
-                };
+                let mat = MatRef { ty, data: &w, rows, cols };
                 matmul_with(isa, &pools[i % 3], mat, &x, m, &mut y, &mut scratch).unwrap();
                 let e = rel_err(&y, &want);
                 assert!(e < budget(ty), "{isa} {ty} rows={rows} m={m}: rel err {e}");
@@ -254,22 +234,11 @@ fn matmul_paths_agree_with_each_other_on_real_layer_widths() {
     let mut rng = StdRng::seed_from_u64(5);
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
-    for ty in [
-        GgmlType::Q4K,
-        GgmlType::Q6K,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::F16,
-    ] {
+    for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::F16] {
         let (rows, cols, m) = (67, 1536, 9);
         let w = random_row(&mut rng, ty, rows * cols);
         let x = random_f32(&mut rng, m * cols);
-        let mat = MatRef {
-            ty,
-            data: &w,
-            rows,
-            cols,
-        };
+        let mat = MatRef { ty, data: &w, rows, cols };
         let mut want = vec![0f32; m * rows];
         matmul_with(Isa::Scalar, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
         for isa in simd_paths() {
@@ -287,20 +256,9 @@ fn bad_shapes_are_typed_errors_not_panics() {
     let w = vec![0u8; 144 * 4];
     let x = vec![0f32; 512];
     let mut y = vec![0f32; 2];
-    let ok = MatRef {
-        ty: GgmlType::Q4K,
-        data: &w,
-        rows: 2,
-        cols: 512,
-    };
-    assert!(matches!(
-        quant::kernels::matmul(&pool, ok, &x, 1, &mut y, &mut scratch),
-        Ok(())
-    ));
-    let short = MatRef {
-        data: &w[..100],
-        ..ok
-    };
+    let ok = MatRef { ty: GgmlType::Q4K, data: &w, rows: 2, cols: 512 };
+    assert!(matches!(quant::kernels::matmul(&pool, ok, &x, 1, &mut y, &mut scratch), Ok(())));
+    let short = MatRef { data: &w[..100], ..ok };
     assert!(matches!(
         quant::kernels::matmul(&pool, short, &x, 1, &mut y, &mut scratch),
         Err(KernelError::Len { .. })
@@ -313,22 +271,12 @@ fn bad_shapes_are_typed_errors_not_panics() {
         quant::kernels::matmul(&pool, ok, &x, 1, &mut y[..1], &mut scratch),
         Err(KernelError::Len { .. })
     ));
-    let partial = MatRef {
-        ty: GgmlType::Q4K,
-        data: &w,
-        rows: 1,
-        cols: 100,
-    };
+    let partial = MatRef { ty: GgmlType::Q4K, data: &w, rows: 1, cols: 100 };
     assert!(matches!(
         quant::kernels::matmul(&pool, partial, &x[..100], 1, &mut y[..1], &mut scratch),
         Err(KernelError::PartialBlock { .. })
     ));
-    let iq2 = MatRef {
-        ty: GgmlType::IQ2XXS,
-        data: &w,
-        rows: 1,
-        cols: 256,
-    };
+    let iq2 = MatRef { ty: GgmlType::IQ2XXS, data: &w, rows: 1, cols: 256 };
     assert!(matches!(
         quant::kernels::matmul(&pool, iq2, &x[..256], 1, &mut y[..1], &mut scratch),
         Err(KernelError::Unsupported(GgmlType::IQ2XXS))
@@ -354,32 +302,16 @@ fn matmul_multi_equals_one_matmul_per_matrix() {
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
     let cols = 512;
-    let specs = [
-        (GgmlType::Q4K, 40usize),
-        (GgmlType::Q6K, 9),
-        (GgmlType::Q4K, 17),
-    ];
-    let ws: Vec<Vec<u8>> = specs
-        .iter()
-        .map(|&(ty, rows)| random_row(&mut rng, ty, rows * cols))
-        .collect();
-    let mats: Vec<MatRef> = specs
-        .iter()
-        .zip(&ws)
-        .map(|(&(ty, rows), data)| MatRef {
-            ty,
-            data,
-            rows,
-            cols,
-        })
-        .collect();
+    let specs = [(GgmlType::Q4K, 40usize), (GgmlType::Q6K, 9), (GgmlType::Q4K, 17)];
+    let ws: Vec<Vec<u8>> =
+        specs.iter().map(|&(ty, rows)| random_row(&mut rng, ty, rows * cols)).collect();
+    let mats: Vec<MatRef> =
+        specs.iter().zip(&ws).map(|(&(ty, rows), data)| MatRef { ty, data, rows, cols }).collect();
     for isa in Isa::all_available() {
         for m in [1usize, 3, 8, 19] {
             let x = random_f32(&mut rng, m * cols);
-            let mut outs: Vec<Vec<f32>> = specs
-                .iter()
-                .map(|&(_, rows)| vec![0f32; m * rows])
-                .collect();
+            let mut outs: Vec<Vec<f32>> =
+                specs.iter().map(|&(_, rows)| vec![0f32; m * rows]).collect();
             let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
             quant::kernels::matmul_multi_with(isa, &pool, &mats, &x, m, &mut ys, &mut scratch)
                 .unwrap();
@@ -397,18 +329,8 @@ fn matmul_multi_refuses_mixed_activation_formats_and_widths() {
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
     let (a, b) = (vec![0u8; 144 * 2], vec![0u8; 34 * 16]);
-    let q4k = MatRef {
-        ty: GgmlType::Q4K,
-        data: &a,
-        rows: 1,
-        cols: 512,
-    };
-    let q8 = MatRef {
-        ty: GgmlType::Q8_0,
-        data: &b,
-        rows: 1,
-        cols: 512,
-    };
+    let q4k = MatRef { ty: GgmlType::Q4K, data: &a, rows: 1, cols: 512 };
+    let q8 = MatRef { ty: GgmlType::Q8_0, data: &b, rows: 1, cols: 512 };
     let x = vec![0f32; 512];
     let (mut y0, mut y1) = (vec![0f32; 1], vec![0f32; 1]);
     let r = quant::kernels::matmul_multi(
@@ -420,12 +342,7 @@ fn matmul_multi_refuses_mixed_activation_formats_and_widths() {
         &mut scratch,
     );
     assert!(matches!(r, Err(KernelError::Mixed { .. })), "{r:?}");
-    let narrow = MatRef {
-        ty: GgmlType::Q4K,
-        data: &a[..144],
-        rows: 1,
-        cols: 256,
-    };
+    let narrow = MatRef { ty: GgmlType::Q4K, data: &a[..144], rows: 1, cols: 256 };
     let r = quant::kernels::matmul_multi(
         &pool,
         &[q4k, narrow],

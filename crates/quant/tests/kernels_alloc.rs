@@ -27,12 +27,7 @@ fn matmul_allocates_nothing_after_warm_up() {
     let (rows, cols) = (64, 512);
     for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::F16] {
         let w = vec![0u8; ty.row_bytes(cols).unwrap() * rows];
-        let mat = MatRef {
-            ty,
-            data: &w,
-            rows,
-            cols,
-        };
+        let mat = MatRef { ty, data: &w, rows, cols };
         for m in [1usize, 9, 40] {
             let x = vec![0.5f32; m * cols];
             let mut y = vec![0f32; m * rows];

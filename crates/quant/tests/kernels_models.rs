@@ -14,11 +14,7 @@ const ROWS: usize = 64;
 const PER_TYPE: usize = 3;
 
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
-        .sum();
+    let num: f64 = got.iter().zip(want).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum();
     let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
     (num / den.max(1e-30)).sqrt()
 }
@@ -67,27 +63,14 @@ fn matmul_on_real_model_weights_matches_f32_math_on_every_path() {
                             .sum::<f64>() as f32
                     })
                     .collect();
-                let budget = if vec_dot_type(ty) == GgmlType::F32 {
-                    1e-5
-                } else {
-                    3e-2
-                };
+                let budget = if vec_dot_type(ty) == GgmlType::F32 { 1e-5 } else { 3e-2 };
                 let mut by_path = Vec::new();
                 for isa in Isa::all_available() {
                     let mut y = vec![0f32; m * rows];
-                    let mat = MatRef {
-                        ty,
-                        data,
-                        rows,
-                        cols,
-                    };
+                    let mat = MatRef { ty, data, rows, cols };
                     matmul_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
                     let e = rel_err(&y, &want);
-                    assert!(
-                        e < budget,
-                        "{alias} {} ({ty}) {isa} m={m}: rel err {e}",
-                        t.name
-                    );
+                    assert!(e < budget, "{alias} {} ({ty}) {isa} m={m}: rel err {e}", t.name);
                     by_path.push(y);
                 }
                 for y in &by_path[1..] {
@@ -101,10 +84,7 @@ fn matmul_on_real_model_weights_matches_f32_math_on_every_path() {
         }
     }
     for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5_0, GgmlType::Q8_0] {
-        assert!(
-            seen.contains_key(&ty),
-            "no {ty} tensor found in the test models"
-        );
+        assert!(seen.contains_key(&ty), "no {ty} tensor found in the test models");
     }
     eprintln!("checked real tensors per type: {seen:?}");
 }

@@ -66,13 +66,7 @@ impl Bpe {
             let im = intern(&merged, &mut extra);
             map.entry((ia, ib)).or_insert((rank as u32, im));
         }
-        Bpe {
-            merges: map,
-            byte_sym,
-            extra,
-            n_vocab,
-            ignore_merges,
-        }
+        Bpe { merges: map, byte_sym, extra, n_vocab, ignore_merges }
     }
 
     /// Merges one word (raw bytes) and appends its token ids. `lookup` finds a token id, used for
@@ -181,15 +175,7 @@ impl Bpe {
         for i in 1..n {
             self.push_pair(syms, heap, i - 1, i);
         }
-        while let Some(Pair {
-            rank: _,
-            left,
-            right,
-            left_id,
-            right_id,
-            merged,
-        }) = heap.pop()
-        {
+        while let Some(Pair { rank: _, left, right, left_id, right_id, merged }) = heap.pop() {
             let (l, r) = (left as usize, right as usize);
             if !syms[l].live
                 || !syms[r].live
@@ -300,11 +286,10 @@ mod tests {
     /// The scan used for short words must merge in exactly the heap's order.
     #[test]
     fn short_word_scan_matches_the_heap_on_random_words() {
-        let merges: Vec<String> = [
-            "a b", "b a", "a a", "ab a", "aa b", "b b", "ba ab", "aab a", "bb a", "c a", "ca b",
-        ]
-        .map(String::from)
-        .to_vec();
+        let merges: Vec<String> =
+            ["a b", "b a", "a a", "ab a", "aa b", "b b", "ba ab", "aab a", "bb a", "c a", "ca b"]
+                .map(String::from)
+                .to_vec();
         let mut vocab: HashMap<String, u32> = HashMap::new();
         for s in [
             "a", "b", "c", "ab", "ba", "aa", "aba", "aab", "bb", "baab", "aaba", "bba", "ca", "cab",
@@ -313,21 +298,13 @@ mod tests {
             vocab.insert(s.to_string(), id);
         }
         let lookup = |s: &str| vocab.get(s).copied();
-        let bpe = Bpe::new(
-            merges.iter().map(String::as_str),
-            vocab.len() as u32,
-            &lookup,
-            false,
-        );
+        let bpe = Bpe::new(merges.iter().map(String::as_str), vocab.len() as u32, &lookup, false);
         let mut seed = 12345u64;
         for _ in 0..2000 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let len = 2 + (seed >> 59) as usize;
-            let word: Vec<u8> = (0..len)
-                .map(|i| b"abc"[(seed.rotate_left((i * 5) as u32) % 3) as usize])
-                .collect();
+            let word: Vec<u8> =
+                (0..len).map(|i| b"abc"[(seed.rotate_left((i * 5) as u32) % 3) as usize]).collect();
             let run = |small: bool| {
                 let mut syms: Vec<Sym> = word
                     .iter()
@@ -335,11 +312,7 @@ mod tests {
                     .map(|(i, &b)| Sym {
                         id: bpe.byte_sym[b as usize],
                         prev: i as i32 - 1,
-                        next: if i + 1 == word.len() {
-                            -1
-                        } else {
-                            i as i32 + 1
-                        },
+                        next: if i + 1 == word.len() { -1 } else { i as i32 + 1 },
                         live: true,
                     })
                     .collect();

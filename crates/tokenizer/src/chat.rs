@@ -63,11 +63,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-            extra: serde_json::Map::new(),
-        }
+        ChatMessage { role: role.into(), content: content.into(), extra: serde_json::Map::new() }
     }
 }
 
@@ -105,14 +101,8 @@ impl ChatTemplate {
             None => {
                 let gemma = tok.token_id("<start_of_turn>").is_some()
                     && tok.token_id("<end_of_turn>").is_some();
-                let mut t = ChatTemplate::new(
-                    if gemma {
-                        GEMMA_FALLBACK
-                    } else {
-                        CHATML_FALLBACK
-                    },
-                    tok,
-                )?;
+                let mut t =
+                    ChatTemplate::new(if gemma { GEMMA_FALLBACK } else { CHATML_FALLBACK }, tok)?;
                 t.is_fallback = true;
                 Ok(t)
             }
@@ -129,8 +119,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(NAME, source.to_string())
-            .map_err(ChatError::Parse)?;
+        env.add_template_owned(NAME, source.to_string()).map_err(ChatError::Parse)?;
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
@@ -190,11 +179,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
         let tmpl = self.env.get_template(NAME).map_err(ChatError::Render)?;
-        let tools = if tools.is_empty() {
-            Value::UNDEFINED
-        } else {
-            Value::from_serialize(tools)
-        };
+        let tools = if tools.is_empty() { Value::UNDEFINED } else { Value::from_serialize(tools) };
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             tools => tools,
@@ -207,10 +192,7 @@ impl ChatTemplate {
 }
 
 fn raise_exception(msg: String) -> Result<Value, JinjaError> {
-    Err(JinjaError::new(
-        ErrorKind::InvalidOperation,
-        format!("template raised: {msg}"),
-    ))
+    Err(JinjaError::new(ErrorKind::InvalidOperation, format!("template raised: {msg}")))
 }
 
 /// `strftime_now(format)`: the current UTC time (no time-zone database is consulted).
@@ -236,15 +218,8 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const DAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const DAYS: [&str; 7] =
+    ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Formats Unix time `secs` (UTC) with the common `strftime` directives.
 pub(crate) fn strftime(fmt: &str, secs: i64) -> String {
@@ -318,10 +293,7 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
     kwargs.assert_all_used()?;
     let (item_sep, key_sep) = match separators {
         Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-        _ => (
-            (if indent.is_some() { "," } else { ", " }).to_string(),
-            ": ".to_string(),
-        ),
+        _ => ((if indent.is_some() { "," } else { ", " }).to_string(), ": ".to_string()),
     };
     let opts = JsonOpts {
         indent,
@@ -440,11 +412,7 @@ fn py_float_repr(f: f64) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return if f > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     let sci = format!("{f:e}"); // e.g. "-1.5e-5", "1e16"
     let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -461,11 +429,7 @@ fn py_float_repr(f: f64) -> String {
             out.push('.');
             out.push_str(&digits[1..]);
         }
-        out.push_str(&format!(
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.abs()
-        ));
+        out.push_str(&format!("e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs()));
     } else if exp < 0 {
         out.push_str("0.");
         out.push_str(&"0".repeat((-exp - 1) as usize));
@@ -505,10 +469,7 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(strftime("%Y-%m-%d %H:%M:%S", t), "2024-02-29 13:05:09");
-        assert_eq!(
-            strftime("%d %B %Y, %A %b %a %j", t),
-            "29 February 2024, Thursday Feb Thu 060"
-        );
+        assert_eq!(strftime("%d %B %Y, %A %b %a %j", t), "29 February 2024, Thursday Feb Thu 060");
     }
 
     #[test]
@@ -518,15 +479,9 @@ mod tests {
         let v: serde_json::Value =
             serde_json::json!({"name": "f", "args": {"x": 1, "y": [1.5, "é\"\n"], "z": null}});
         let out = env
-            .render_str(
-                "{{ v | tojson }}",
-                minijinja::context! { v => Value::from_serialize(&v) },
-            )
+            .render_str("{{ v | tojson }}", minijinja::context! { v => Value::from_serialize(&v) })
             .unwrap();
-        assert_eq!(
-            out,
-            r#"{"name": "f", "args": {"x": 1, "y": [1.5, "é\"\n"], "z": null}}"#
-        );
+        assert_eq!(out, r#"{"name": "f", "args": {"x": 1, "y": [1.5, "é\"\n"], "z": null}}"#);
         let out = env
             .render_str(
                 "{{ v | tojson(indent=2) }}",

@@ -40,16 +40,9 @@ pub enum TokenizerError {
     #[error("metadata key `{key}` is missing or malformed: {what}")]
     BadKey { key: &'static str, what: String },
     #[error("duplicate token in vocabulary: {text:?} has ids {first} and {second}; the GGUF vocabulary is corrupt")]
-    DuplicateToken {
-        text: String,
-        first: u32,
-        second: u32,
-    },
+    DuplicateToken { text: String, first: u32, second: u32 },
     #[error("`{flag}` is true but `{id_key}` is not set; the GGUF metadata is inconsistent")]
-    MissingSpecial {
-        flag: &'static str,
-        id_key: &'static str,
-    },
+    MissingSpecial { flag: &'static str, id_key: &'static str },
     #[error("pre-tokenizer regex {pattern:?} failed to compile: {message}")]
     Regex { pattern: String, message: String },
 }
@@ -402,14 +395,7 @@ impl spm::SpmVocab for Tokenizer {
     }
     fn byte_token(&self, b: u8) -> Option<u32> {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let name = [
-            b'<',
-            b'0',
-            b'x',
-            HEX[(b >> 4) as usize],
-            HEX[(b & 15) as usize],
-            b'>',
-        ];
+        let name = [b'<', b'0', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize], b'>'];
         let name = std::str::from_utf8(&name).unwrap_or("");
         if let Some(id) = self.texts.find(name) {
             return Some(id);

@@ -139,9 +139,7 @@ impl PreType {
             "exaone" => Exaone,
             "minerva-7b" => Minerva,
             other => {
-                return Err(TokenizerError::UnknownPre {
-                    name: other.to_string(),
-                });
+                return Err(TokenizerError::UnknownPre { name: other.to_string() });
             }
         };
         Ok(info)
@@ -210,11 +208,7 @@ impl PreTokenizer {
             Starcoder | Refact | CommandR | Smollm | Codeshell | Exaone | Minerva => {
                 vec![S::C("\\p{N}"), S::Gpt2]
             }
-            Falcon => vec![
-                S::C("[\\p{P}\\$\\+<=>\\^~\\|`]+"),
-                S::Gpt2,
-                S::W("[0-9][0-9][0-9]"),
-            ],
+            Falcon => vec![S::C("[\\p{P}\\$\\+<=>\\^~\\|`]+"), S::Gpt2, S::W("[0-9][0-9][0-9]")],
             DeepseekLlm => vec![
                 S::W("[\\r\\n]"),
                 S::W(DEEPSEEK_LETTERS),
@@ -248,27 +242,17 @@ impl PreTokenizer {
                 S::C(expr) => {
                     let collapsed = collapse_regex(expr);
                     Stage::Collapsed(regex::bytes::Regex::new(&collapsed).map_err(|e| {
-                        TokenizerError::Regex {
-                            pattern: expr.to_string(),
-                            message: e.to_string(),
-                        }
+                        TokenizerError::Regex { pattern: expr.to_string(), message: e.to_string() }
                     })?)
                 }
-                S::W(expr) => {
-                    Stage::Wide(regex::Regex::new(expr).map_err(|e| TokenizerError::Regex {
-                        pattern: expr.to_string(),
-                        message: e.to_string(),
-                    })?)
-                }
+                S::W(expr) => Stage::Wide(regex::Regex::new(expr).map_err(|e| {
+                    TokenizerError::Regex { pattern: expr.to_string(), message: e.to_string() }
+                })?),
             });
         }
         let needs_collapsed = stages.iter().any(|s| matches!(s, Stage::Collapsed(_)));
         let needs_wide = stages.iter().any(|s| matches!(s, Stage::Wide(_)));
-        Ok(PreTokenizer {
-            stages,
-            needs_collapsed,
-            needs_wide,
-        })
+        Ok(PreTokenizer { stages, needs_collapsed, needs_wide })
     }
 
     /// Splits `text` into words; pushes their byte ranges (in order, covering `text`) to `out`.
@@ -298,10 +282,7 @@ impl PreTokenizer {
         }
 
         let collapsed: Vec<u8> = if self.needs_collapsed {
-            text.chars()
-                .zip(cls.iter())
-                .map(|(c, &k)| collapsed_byte(c, k))
-                .collect()
+            text.chars().zip(cls.iter()).map(|(c, &k)| collapsed_byte(c, k)).collect()
         } else {
             Vec::new()
         };
@@ -655,24 +636,13 @@ mod tests {
 
     #[test]
     fn default_splits_punctuation_and_digit_triples() {
-        assert_eq!(
-            words(PreType::Default, "1234567 a,b"),
-            ["123", "456", "7", " a", ",", "b"]
-        );
+        assert_eq!(words(PreType::Default, "1234567 a,b"), ["123", "456", "7", " a", ",", "b"]);
     }
 
     #[test]
     fn regex_stages_compile_for_every_family() {
         use PreType::*;
-        for p in [
-            DeepseekLlm,
-            DeepseekCoder,
-            Falcon,
-            Starcoder,
-            Viking,
-            Poro,
-            Default,
-        ] {
+        for p in [DeepseekLlm, DeepseekCoder, Falcon, Starcoder, Viking, Poro, Default] {
             let w = words(p, "Hello, 世界 123\n  x");
             assert_eq!(w.concat(), "Hello, 世界 123\n  x", "{p:?}");
         }

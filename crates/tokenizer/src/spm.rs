@@ -70,9 +70,7 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
     let n_chars = text.chars().count();
     for (i, (off, c)) in text.char_indices().enumerate() {
         let id = *char_ids.entry(c).or_insert_with(|| {
-            vocab
-                .lookup(c.encode_utf8(&mut [0u8; 4]))
-                .unwrap_or(NOT_TOKEN | c as u32)
+            vocab.lookup(c.encode_utf8(&mut [0u8; 4])).unwrap_or(NOT_TOKEN | c as u32)
         });
         syms.push(Sym {
             id,

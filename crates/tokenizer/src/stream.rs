@@ -25,12 +25,7 @@ pub struct StreamDecoder<T: Borrow<Tokenizer>> {
 
 impl<T: Borrow<Tokenizer>> StreamDecoder<T> {
     pub fn new(tok: T) -> Self {
-        StreamDecoder {
-            tok,
-            pending: Vec::new(),
-            special: false,
-            strip_space: false,
-        }
+        StreamDecoder { tok, pending: Vec::new(), special: false, strip_space: false }
     }
 
     /// Render control tokens as their text.
@@ -49,11 +44,8 @@ impl<T: Borrow<Tokenizer>> StreamDecoder<T> {
     /// Adds one token; returns the text that became complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
         let tok = self.tok.borrow();
-        let mut piece = if !self.special && tok.is_control(id) {
-            &[][..]
-        } else {
-            tok.token_piece(id)
-        };
+        let mut piece =
+            if !self.special && tok.is_control(id) { &[][..] } else { tok.token_piece(id) };
         if self.strip_space && !piece.is_empty() {
             if piece[0] == b' ' {
                 piece = &piece[1..];

@@ -14,10 +14,7 @@ use gguf::StrArray;
 use crate::fxhash::FxHasher;
 
 /// An empty index slot.
-const EMPTY: Slot = Slot {
-    hash: 0,
-    id: u32::MAX,
-};
+const EMPTY: Slot = Slot { hash: 0, id: u32::MAX };
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {

@@ -111,13 +111,8 @@ const FIM_MID_TEXTS: &[&str] = &[
     "<|code_middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_TEXTS: &[&str] =
+    &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
@@ -149,10 +144,7 @@ fn key_id(f: &GgufFile, key: &str) -> Option<u64> {
 }
 
 pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
-    let model = f
-        .get_str("tokenizer.ggml.model")
-        .ok_or(TokenizerError::MissingModel)?
-        .to_string();
+    let model = f.get_str("tokenizer.ggml.model").ok_or(TokenizerError::MissingModel)?.to_string();
     let pre_name = f.get_str("tokenizer.ggml.pre").unwrap_or("").to_string();
     let is_bpe = match model.as_str() {
         "gpt2" => true,
@@ -160,13 +152,12 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         other => return Err(TokenizerError::UnknownModel(other.to_string())),
     };
 
-    let texts_raw = f
-        .get_array("tokenizer.ggml.tokens")
-        .and_then(|a| a.as_str_array())
-        .ok_or(TokenizerError::BadKey {
+    let texts_raw = f.get_array("tokenizer.ggml.tokens").and_then(|a| a.as_str_array()).ok_or(
+        TokenizerError::BadKey {
             key: "tokenizer.ggml.tokens",
             what: "expected an array of strings".into(),
-        })?;
+        },
+    )?;
     let n = texts_raw.len();
     if n == 0 || n > u32::MAX as usize / 2 {
         return Err(TokenizerError::BadKey {
@@ -256,18 +247,14 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         add_bos = info.add_bos.unwrap_or(false);
         add_space_prefix = false;
         clean_spaces = info.clean_spaces;
-        let merges = f
-            .get_array("tokenizer.ggml.merges")
-            .and_then(|a| a.as_str_array())
-            .ok_or(TokenizerError::BadKey {
+        let merges = f.get_array("tokenizer.ggml.merges").and_then(|a| a.as_str_array()).ok_or(
+            TokenizerError::BadKey {
                 key: "tokenizer.ggml.merges",
                 what: "a gpt2 vocabulary needs its merges".into(),
-            })?;
+            },
+        )?;
         let bpe = Bpe::new(merges.iter(), n as u32, &find, info.ignore_merges);
-        algo = Algo::Bpe {
-            bpe,
-            pre: PreTokenizer::new(info.pre)?,
-        };
+        algo = Algo::Bpe { bpe, pre: PreTokenizer::new(info.pre)? };
     } else {
         sp.bos = Some(1);
         sp.eos = Some(2);
@@ -356,10 +343,7 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     }
 
     // End-of-generation set.
-    let mut eog: Vec<u32> = [sp.fim_pad, sp.fim_rep, sp.fim_sep]
-        .into_iter()
-        .flatten()
-        .collect();
+    let mut eog: Vec<u32> = [sp.fim_pad, sp.fim_rep, sp.fim_sep].into_iter().flatten().collect();
     for t in EOG_TEXTS {
         if let Some(id) = find(t) {
             eog.push(id);
@@ -420,16 +404,12 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let special_ac = if special_cache.is_empty() {
         None
     } else {
-        let pats: Vec<&str> = special_cache
-            .iter()
-            .map(|&i| texts.get(i).unwrap_or_default())
-            .collect();
-        Some(
-            aho_corasick::AhoCorasick::new(&pats).map_err(|e| TokenizerError::BadKey {
-                key: "tokenizer.ggml.tokens",
-                what: format!("special tokens could not be indexed: {e}"),
-            })?,
-        )
+        let pats: Vec<&str> =
+            special_cache.iter().map(|&i| texts.get(i).unwrap_or_default()).collect();
+        Some(aho_corasick::AhoCorasick::new(&pats).map_err(|e| TokenizerError::BadKey {
+            key: "tokenizer.ggml.tokens",
+            what: format!("special tokens could not be indexed: {e}"),
+        })?)
     };
 
     // Piece cache: llama_token_to_piece(special = true).

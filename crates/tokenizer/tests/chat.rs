@@ -17,9 +17,7 @@ fn qwen_template_adds_its_default_system_prompt() {
     let (f, tok) = load(&real_model("qwen2.5-coder-0.5b"));
     let t = ChatTemplate::from_gguf(&f, &tok).unwrap();
     assert!(!t.is_fallback());
-    let out = t
-        .render(&[msg("user", "Write a haiku about memory.")], true)
-        .unwrap();
+    let out = t.render(&[msg("user", "Write a haiku about memory.")], true).unwrap();
     assert_eq!(
         out,
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n\
@@ -90,10 +88,7 @@ fn gemma3_without_a_template_falls_back_to_gemma_turns() {
     assert_eq!(ids[1], tok.token_id("<start_of_turn>").unwrap());
     assert_ne!(ids[1], tok.bos().unwrap());
     // Roles out of order: the template's raise_exception becomes an error naming the rule.
-    let err = t
-        .render(&[msg("assistant", "x")], false)
-        .unwrap_err()
-        .to_string();
+    let err = t.render(&[msg("assistant", "x")], false).unwrap_err().to_string();
     assert!(err.contains("Conversation roles must alternate"), "{err}");
 }
 
@@ -111,9 +106,6 @@ fn chatml_fallback_and_template_helpers() {
         &tok,
     )
     .unwrap();
-    assert_eq!(
-        t.render(&[msg("user", "abc")], false).unwrap(),
-        "4 ABC <|im_end|> yes"
-    );
+    assert_eq!(t.render(&[msg("user", "abc")], false).unwrap(), "4 ABC <|im_end|> yes");
     assert!(ChatTemplate::new("{% if %}", &tok).is_err());
 }

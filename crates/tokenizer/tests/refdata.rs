@@ -8,11 +8,7 @@ use common::{alias_of, load, real_model, refdata_dir};
 use serde_json::Value;
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 /// Returns (exact strings, total strings, first mismatches).
@@ -34,9 +30,7 @@ fn check_strings(tok: &tokenizer::Tokenizer, json: &Value) -> (usize, usize, Vec
             if got != want {
                 all = false;
                 if bad.len() < 6 {
-                    bad.push(format!(
-                        "{text:?} {key}:\n   want {want:?}\n    got {got:?}"
-                    ));
+                    bad.push(format!("{text:?} {key}:\n   want {want:?}\n    got {got:?}"));
                 }
             }
         }

@@ -61,10 +61,7 @@ fn spm_round_trips_through_the_space_prefix_and_byte_fallback() {
         // Without the BOS, the first piece's prefix space is stripped (llama_detokenize).
         assert_eq!(tok.decode(&ids[1..]), s, "{ids:?}");
         // llama.cpp quirk kept: removing the BOS with remove_special keeps that space.
-        assert_eq!(
-            String::from_utf8(tok.detokenize(&ids, true, false)).unwrap(),
-            format!(" {s}")
-        );
+        assert_eq!(String::from_utf8(tok.detokenize(&ids, true, false)).unwrap(), format!(" {s}"));
     }
 }
 

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 /// The cached file of a known model, pulled if missing; a model that cannot be had is a failure
 /// naming the command that fetches it, never a skip.
 pub fn model(alias: &str) -> PathBuf {
-    hub::resolve(alias).unwrap_or_else(|e| panic!("{alias} is needed: {e} (fetch it with `snug pull {alias}`)"))
+    hub::resolve(alias)
+        .unwrap_or_else(|e| panic!("{alias} is needed: {e} (fetch it with `snug pull {alias}`)"))
 }
 
 /// Runs the snug binary under test with `args` (which end in `--json`) and parses its stdout;

@@ -143,16 +143,13 @@ pub fn encode_head(ty: KvType, x: &[f32], dst: &mut [u8]) {
         KvType::Q4 => {
             for (g, d) in x.chunks(QK).zip(dst.chunks_exact_mut(Q4_GROUP_BYTES)) {
                 // As ggml's Q4_0: the value of largest magnitude maps to -8 exactly.
-                let m = g
-                    .iter()
-                    .copied()
-                    .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+                let m =
+                    g.iter().copied().fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
                 let scale = m / -8.0;
                 let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
                 d[..2].copy_from_slice(&f16::from_f32(scale).to_le_bytes());
                 let nib = |i: usize| -> u8 {
-                    g.get(i)
-                        .map_or(8, |&v| ((v * inv + 8.5) as i32).clamp(0, 15) as u8)
+                    g.get(i).map_or(8, |&v| ((v * inv + 8.5) as i32).clamp(0, 15) as u8)
                 };
                 for i in 0..QK / 2 {
                     d[2 + i] = nib(i) | (nib(i + QK / 2) << 4);
@@ -170,18 +167,13 @@ pub fn encode_key_block(ty: KvType, rows: &[f16], stride: usize, d: usize, dst: 
     debug_assert!(ty.k_per_channel());
     debug_assert_eq!(dst.len(), key_block_bytes(ty, d));
     debug_assert!(rows.len() >= (KEY_BLOCK_TOKENS - 1) * stride + d);
-    let (top, row_bytes) = (
-        if ty == KvType::Q8 { 255.0 } else { 15.0 },
-        key_codes_bytes(ty, d),
-    );
+    let (top, row_bytes) = (if ty == KvType::Q8 { 255.0 } else { 15.0 }, key_codes_bytes(ty, d));
     let (params, codes) = dst.split_at_mut(4 * d);
     codes.fill(0);
     for c in 0..d {
         let x = |j: usize| rows[j * stride + c].to_f32();
         let (lo, hi) = (0..KEY_BLOCK_TOKENS)
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), j| {
-                (lo.min(x(j)), hi.max(x(j)))
-            });
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), j| (lo.min(x(j)), hi.max(x(j))));
         let (scale, min) = (f16::from_f32((hi - lo) / top), f16::from_f32(lo));
         params[2 * c..2 * c + 2].copy_from_slice(&scale.to_le_bytes());
         params[2 * (d + c)..2 * (d + c) + 2].copy_from_slice(&min.to_le_bytes());
@@ -214,11 +206,7 @@ pub fn key_block_row(
 ) {
     let n = key_codes_bytes(ty, d);
     let codes = &block[4 * d + slot * n..4 * d + (slot + 1) * n];
-    let dequant = if ty == KvType::Q8 {
-        k.dequant_key_q8
-    } else {
-        k.dequant_key_q4
-    };
+    let dequant = if ty == KvType::Q8 { k.dequant_key_q8 } else { k.dequant_key_q4 };
     dequant(codes, &chan[..d], &chan[d..2 * d], row);
 }
 
@@ -308,10 +296,7 @@ pub fn kernels() -> &'static Kernels {
 /// f16 values (2-byte aligned little-endian bytes, at least `dst.len()` values) → f32.
 pub fn dequant_f16(src: &[u8], dst: &mut [f32]) {
     let n = dst.len();
-    assert!(
-        src.len() >= 2 * n && src.as_ptr() as usize % 2 == 0,
-        "f16 KV row misaligned or short"
-    );
+    assert!(src.len() >= 2 * n && src.as_ptr() as usize % 2 == 0, "f16 KV row misaligned or short");
     // SAFETY: `src` holds at least `n` f16 values (checked above) at a 2-byte aligned address;
     // every bit pattern is a valid f16.
     let h = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, n) };
@@ -373,11 +358,7 @@ fn dequant_q4_impl(src: &[u8], dst: &mut [f32]) {
             }
         } else {
             for (i, o) in out.iter_mut().enumerate() {
-                let q = if i < QK / 2 {
-                    qs[i] & 15
-                } else {
-                    qs[i - QK / 2] >> 4
-                };
+                let q = if i < QK / 2 { qs[i] & 15 } else { qs[i - QK / 2] >> 4 };
                 *o = d * (q as i32 - 8) as f32;
             }
         }
@@ -566,10 +547,7 @@ mod tests {
             let a: Vec<f32> = (0..n).map(|_| r()).collect();
             let b: Vec<f32> = (0..n).map(|_| r()).collect();
             let (d0, d1) = (dot_generic(&a, &b), (k.dot)(&a, &b));
-            assert!(
-                (d0 - d1).abs() <= 1e-5 * n as f32,
-                "dot n={n}: {d0} vs {d1}"
-            );
+            assert!((d0 - d1).abs() <= 1e-5 * n as f32, "dot n={n}: {d0} vs {d1}");
             let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
             assert!((d0 - plain).abs() <= 1e-5 * n as f32);
             let (mut y0, mut y1) = (b.clone(), b.clone());
@@ -639,18 +617,12 @@ mod tests {
                 // Error per channel: at most half a step of that channel's own range (+ the f16
                 // rounding of its min, up to 65 × 2^-11).
                 for c in 0..d {
-                    let col = |v: &[f32]| {
-                        (0..KEY_BLOCK_TOKENS)
-                            .map(|j| v[j * d + c])
-                            .collect::<Vec<_>>()
-                    };
+                    let col =
+                        |v: &[f32]| (0..KEY_BLOCK_TOKENS).map(|j| v[j * d + c]).collect::<Vec<_>>();
                     let (w, g) = (col(&want), col(&got));
                     let range = w.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
                         - w.iter().fold(f32::INFINITY, |m, &v| m.min(v));
-                    let err = w
-                        .iter()
-                        .zip(&g)
-                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let err = w.iter().zip(&g).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(
                         err <= range / (2.0 * top) * 1.01 + 0.035,
                         "{ty} d={d} channel {c}: error {err}, range {range}"
@@ -684,9 +656,8 @@ mod tests {
     #[test]
     fn a_constant_channel_decodes_exactly_to_its_f16_value() {
         let d = 64;
-        let x: Vec<f16> = (0..KEY_BLOCK_TOKENS * d)
-            .map(|i| f16::from_f32((i % d) as f32 * 0.25 - 3.0))
-            .collect();
+        let x: Vec<f16> =
+            (0..KEY_BLOCK_TOKENS * d).map(|i| f16::from_f32((i % d) as f32 * 0.25 - 3.0)).collect();
         for ty in [KvType::Q8, KvType::Q4] {
             let got = key_block_roundtrip(ty, &x, d);
             assert!(x.iter().zip(&got).all(|(a, b)| a.to_f32() == *b), "{ty}");

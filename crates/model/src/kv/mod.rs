@@ -124,18 +124,9 @@ impl KvCache {
             .layers
             .iter()
             .map(|l| match (l.window, user) {
-                (Some(w), _) => LayerWindow {
-                    window: Some(w),
-                    sinks: 0,
-                },
-                (None, Some(w)) => LayerWindow {
-                    window: Some(w),
-                    sinks: p.kv_sinks,
-                },
-                (None, None) => LayerWindow {
-                    window: None,
-                    sinks: 0,
-                },
+                (Some(w), _) => LayerWindow { window: Some(w), sinks: 0 },
+                (None, Some(w)) => LayerWindow { window: Some(w), sinks: p.kv_sinks },
+                (None, None) => LayerWindow { window: None, sinks: 0 },
             })
             .collect();
         let k_head = if k_type.k_per_channel() {
@@ -154,10 +145,7 @@ impl KvCache {
             Some(win) => (win + ub).min(p.n_ctx),
             None => p.n_ctx,
         };
-        let per_seq: usize = windows
-            .iter()
-            .map(|w| span(w).div_ceil(BLOCK_TOKENS) + 3)
-            .sum();
+        let per_seq: usize = windows.iter().map(|w| span(w).div_ceil(BLOCK_TOKENS) + 3).sum();
         let capacity = per_seq * p.n_seq_max.max(1);
         let pool = BlockPool::new(block_bytes, capacity, 2 * cfg.n_layer);
         KvCache {
@@ -222,13 +210,15 @@ impl KvCache {
     pub fn max_keys(&self) -> usize {
         self.windows
             .iter()
-            .map(|w| {
-                if self.unbounded {
-                    w.window.unwrap_or(self.n_ctx) + w.sinks
-                } else {
-                    self.n_ctx
-                }
-            })
+            .map(
+                |w| {
+                    if self.unbounded {
+                        w.window.unwrap_or(self.n_ctx) + w.sinks
+                    } else {
+                        self.n_ctx
+                    }
+                },
+            )
             .max()
             .unwrap_or(self.n_ctx)
             .max(1)
@@ -242,16 +232,10 @@ impl KvCache {
     /// changes nothing).
     pub fn check(&self, seq: SeqId, pos: usize) -> Result<(), ModelError> {
         if seq >= self.seqs.len() {
-            return Err(ModelError::BadSeq {
-                seq,
-                n_seq_max: self.seqs.len(),
-            });
+            return Err(ModelError::BadSeq { seq, n_seq_max: self.seqs.len() });
         }
         if pos >= self.n_ctx && !self.unbounded {
-            return Err(ModelError::ContextFull {
-                pos,
-                n_ctx: self.n_ctx,
-            });
+            return Err(ModelError::ContextFull { pos, n_ctx: self.n_ctx });
         }
         Ok(())
     }
@@ -269,11 +253,7 @@ impl KvCache {
         let (nh, hd, hdv) = (self.n_head_kv, self.head_dim, self.head_dim_v);
         let per_channel = self.k_type.k_per_channel();
         // f16 keys of one layer's block being filled.
-        let staged_layer = if per_channel {
-            BLOCK_TOKENS * nh * hd
-        } else {
-            0
-        };
+        let staged_layer = if per_channel { BLOCK_TOKENS * nh * hd } else { 0 };
         let n_layer = self.n_layer;
         let s = self.seqs[seq].get_or_insert_with(|| SeqKv {
             tables: vec![Vec::new(); n_layer],
@@ -300,16 +280,7 @@ impl KvCache {
                 )?;
             }
             s.tail[il] = b;
-            stage_block(
-                &self.pool,
-                &s.tables[il],
-                b,
-                staged,
-                self.k_type,
-                nh,
-                hd,
-                &mut self.tmp,
-            );
+            stage_block(&self.pool, &s.tables[il], b, staged, self.k_type, nh, hd, &mut self.tmp);
         }
         let id = own_block(&mut self.pool, &mut s.tables[il], b)?;
         s.len = s.len.max(pos + 1);
@@ -336,15 +307,7 @@ impl KvCache {
         }
         staged[slot * nh * hd..(slot + 1) * nh * hd].convert_from_f32_slice(&k[..nh * hd]);
         if slot == BLOCK_TOKENS - 1 {
-            flush_tail(
-                &mut self.pool,
-                &mut s.tables[il],
-                b,
-                staged,
-                self.k_type,
-                nh,
-                hd,
-            )?;
+            flush_tail(&mut self.pool, &mut s.tables[il], b, staged, self.k_type, nh, hd)?;
             s.tail[il] = NO_TAIL;
         }
         Ok(())
@@ -409,18 +372,12 @@ impl KvCache {
     }
 
     pub fn seq_len(&self, seq: SeqId) -> usize {
-        self.seqs
-            .get(seq)
-            .and_then(|s| s.as_ref())
-            .map_or(0, |s| s.len)
+        self.seqs.get(seq).and_then(|s| s.as_ref()).map_or(0, |s| s.len)
     }
 
     /// True if a window freed positions of `seq`: it cannot be truncated back before them.
     pub fn seq_evicted(&self, seq: SeqId) -> bool {
-        self.seqs
-            .get(seq)
-            .and_then(|s| s.as_ref())
-            .is_some_and(|s| s.evicted)
+        self.seqs.get(seq).and_then(|s| s.as_ref()).is_some_and(|s| s.evicted)
     }
 
     /// Forgets positions `>= len` of `seq` (e.g. to re-run from a shared prefix); blocks wholly
@@ -465,10 +422,7 @@ impl KvCache {
     pub fn seq_fork(&mut self, src: SeqId, dst: SeqId) -> Result<(), ModelError> {
         let n = self.seqs.len();
         if src >= n || dst >= n {
-            return Err(ModelError::BadSeq {
-                seq: src.max(dst),
-                n_seq_max: n,
-            });
+            return Err(ModelError::BadSeq { seq: src.max(dst), n_seq_max: n });
         }
         if src == dst {
             return Ok(());

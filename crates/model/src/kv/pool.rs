@@ -139,11 +139,7 @@ impl BlockPool {
             // SAFETY: [lo, hi) lies inside the mapping and inside block `id`, which no sequence
             // owns any more; after MADV_DONTNEED a private anonymous page reads back as zeros.
             unsafe {
-                libc::madvise(
-                    self.base.add(lo) as *mut libc::c_void,
-                    hi - lo,
-                    libc::MADV_DONTNEED,
-                )
+                libc::madvise(self.base.add(lo) as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED)
             };
         }
         self.cold.push(id);
@@ -226,9 +222,6 @@ mod tests {
         assert_eq!(p.n_committed(), 0);
         let b = p.alloc().unwrap();
         assert_eq!(a, b);
-        assert!(
-            p.block(b).iter().all(|&x| x == 0),
-            "released pages read back as zeros"
-        );
+        assert!(p.block(b).iter().all(|&x| x == 0), "released pages read back as zeros");
     }
 }

@@ -81,10 +81,7 @@ impl<'a> LayerView<'a> {
     fn load_channels(&self, src: KeyBlock<'_>, h: usize, chan: &mut [f32]) {
         if let KeyBlock::Channels(k) = src {
             let d = self.head_dim;
-            dequant_f16(
-                &k[h * self.k_head..h * self.k_head + 4 * d],
-                &mut chan[..2 * d],
-            );
+            dequant_f16(&k[h * self.k_head..h * self.k_head + 4 * d], &mut chan[..2 * d]);
         }
     }
 
@@ -144,11 +141,7 @@ impl<'a> LayerView<'a> {
                 let i = p - range.start;
                 let held = self.key_into(src, h, p % BLOCK_TOKENS, row, chan);
                 for (g, qg) in q.chunks_exact(d).enumerate() {
-                    scores[g * stride + i] = if held {
-                        dot(qg, row)
-                    } else {
-                        f32::NEG_INFINITY
-                    };
+                    scores[g * stride + i] = if held { dot(qg, row) } else { f32::NEG_INFINITY };
                 }
             }
             p = end;
@@ -189,8 +182,7 @@ impl<'a> LayerView<'a> {
         let mut tmp = vec![0.0; key_scratch_floats(self.head_dim)];
         let (row, chan) = tmp.split_at_mut(self.head_dim);
         self.load_channels(src, h, chan);
-        self.key_into(src, h, pos % BLOCK_TOKENS, row, chan)
-            .then(|| row.to_vec())
+        self.key_into(src, h, pos % BLOCK_TOKENS, row, chan).then(|| row.to_vec())
     }
 
     /// Value bytes of head `h` at `pos` (`None`: not held).

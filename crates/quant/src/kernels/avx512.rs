@@ -9,11 +9,7 @@ use super::{DotKernels, QuantizeFn, TILE};
 use crate::GgmlType;
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
-    simd_table!(
-        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-        true,
-        ty
-    )
+    simd_table!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true, ty)
 }
 
 pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {

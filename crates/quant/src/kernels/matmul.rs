@@ -114,23 +114,14 @@ pub fn matmul_multi_with(
     let mut parts: [Option<Part>; MAX_MULTI] = [None; MAX_MULTI];
     let (mut n_rows, mut n_bytes) = (0, 0);
     for (i, (w, y)) in ws.iter().zip(ys.iter_mut()).enumerate() {
-        let MatRef {
-            ty,
-            data,
-            rows,
-            cols: c,
-        } = *w;
+        let MatRef { ty, data, rows, cols: c } = *w;
         if vec_dot_type(ty) != vdt {
             return Err(KernelError::Mixed { first, other: ty });
         }
         check_len("cols of every matrix", cols, c)?;
         let k = dot_kernels(isa, ty).ok_or(KernelError::Unsupported(ty))?;
         let w_row = row_bytes(ty, cols)?;
-        check_len(
-            "weight data (bytes)",
-            rows.saturating_mul(w_row),
-            data.len(),
-        )?;
+        check_len("weight data (bytes)", rows.saturating_mul(w_row), data.len())?;
         check_len("y", m.saturating_mul(rows), y.len())?;
         let (chunk_rows, min_rows) = if m < TILE {
             let most = (rows / (nth * 8)).clamp(8, 256);
@@ -170,8 +161,14 @@ pub fn matmul_multi_with(
             };
             let r0 = cur - p.row0;
             let left = n_bytes - (p.byte0 + r0 * p.w_row);
-            let take = (left / (2 * nth) / p.w_row).clamp(p.min_rows, p.chunk_rows).min(p.rows - r0);
-            match cursor.compare_exchange_weak(cur, cur + take, Ordering::Relaxed, Ordering::Relaxed) {
+            let take =
+                (left / (2 * nth) / p.w_row).clamp(p.min_rows, p.chunk_rows).min(p.rows - r0);
+            match cursor.compare_exchange_weak(
+                cur,
+                cur + take,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     run_chunk(p, r0, r0 + take, acts, x_row, m, cols);
                     cur = cursor.load(Ordering::Relaxed);

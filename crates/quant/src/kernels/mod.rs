@@ -120,11 +120,9 @@ impl std::fmt::Display for Isa {
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
-        let forced = std::env::var("SNUG_KERNELS").ok().and_then(|v| {
-            Isa::ALL
-                .into_iter()
-                .find(|i| i.name().eq_ignore_ascii_case(v.trim()))
-        });
+        let forced = std::env::var("SNUG_KERNELS")
+            .ok()
+            .and_then(|v| Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(v.trim())));
         match forced {
             Some(i) if i.available() => i,
             _ => Isa::best(),
@@ -156,17 +154,9 @@ pub enum KernelError {
     /// The requested instruction-set path cannot run on this CPU.
     IsaUnavailable(Isa),
     /// The row length is not a whole number of the weight's (or its activation's) blocks.
-    PartialBlock {
-        ty: GgmlType,
-        cols: usize,
-        block: usize,
-    },
+    PartialBlock { ty: GgmlType, cols: usize, block: usize },
     /// A buffer has the wrong length for the shapes given.
-    Len {
-        what: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    Len { what: &'static str, expected: usize, got: usize },
     /// Matrices in one `matmul_multi` need different activation formats.
     Mixed { first: GgmlType, other: GgmlType },
 }
@@ -190,15 +180,8 @@ impl std::fmt::Display for KernelError {
                 f,
                 "rows of {cols} values are not a whole number of {block}-value {ty} blocks"
             ),
-            KernelError::Len {
-                what,
-                expected,
-                got,
-            } => {
-                write!(
-                    f,
-                    "{what} has {got} elements but the shapes need {expected}"
-                )
+            KernelError::Len { what, expected, got } => {
+                write!(f, "{what} has {got} elements but the shapes need {expected}")
             }
             KernelError::Mixed { first, other } => write!(
                 f,
@@ -296,11 +279,7 @@ pub(crate) fn check_isa(isa: Isa) -> Result<(), KernelError> {
 
 /// Bytes of one activation row of `cols` values in `vdt`, checking block alignment.
 pub(crate) fn act_row_bytes(vdt: GgmlType, cols: usize) -> Result<usize, KernelError> {
-    vdt.row_bytes(cols).ok_or(KernelError::PartialBlock {
-        ty: vdt,
-        cols,
-        block: vdt.block_size(),
-    })
+    vdt.row_bytes(cols).ok_or(KernelError::PartialBlock { ty: vdt, cols, block: vdt.block_size() })
 }
 
 pub(crate) fn check_len(
@@ -311,11 +290,7 @@ pub(crate) fn check_len(
     if expected == got {
         Ok(())
     } else {
-        Err(KernelError::Len {
-            what,
-            expected,
-            got,
-        })
+        Err(KernelError::Len { what, expected, got })
     }
 }
 
@@ -329,11 +304,7 @@ pub fn quantize_activation_with(
 ) -> Result<(), KernelError> {
     check_isa(isa)?;
     let q = quantizer(isa, vdt).ok_or(KernelError::Unsupported(vdt))?;
-    check_len(
-        "quantized activation row",
-        act_row_bytes(vdt, x.len())?,
-        dst.len(),
-    )?;
+    check_len("quantized activation row", act_row_bytes(vdt, x.len())?, dst.len())?;
     // SAFETY: the ISA is available, `x` is whole blocks (checked by act_row_bytes) and `dst` is
     // exactly one quantized row.
     unsafe { q(x, dst) };
@@ -358,11 +329,7 @@ pub fn vec_dot_with(
     x: &[u8],
 ) -> Result<f32, KernelError> {
     let k = row_kernels(isa, ty, n, w)?;
-    check_len(
-        "activation row",
-        act_row_bytes(vec_dot_type(ty), n)?,
-        x.len(),
-    )?;
+    check_len("activation row", act_row_bytes(vec_dot_type(ty), n)?, x.len())?;
     // SAFETY: ISA available, both rows complete and `n` whole blocks of both formats.
     Ok(unsafe { (k.dot)(n, w, x) })
 }
@@ -398,11 +365,7 @@ pub fn vec_dot_rows_with(
 }
 
 pub(crate) fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, KernelError> {
-    ty.row_bytes(n).ok_or(KernelError::PartialBlock {
-        ty,
-        cols: n,
-        block: ty.block_size(),
-    })
+    ty.row_bytes(n).ok_or(KernelError::PartialBlock { ty, cols: n, block: ty.block_size() })
 }
 
 /// The bytes of an f32 slice (little-endian on every target snug supports).

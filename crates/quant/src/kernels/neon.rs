@@ -73,12 +73,7 @@ macro_rules! neon_kernels {
             // SAFETY: forwarded contract of DotRowsFn.
             unsafe { dot_q8_0_like::<N>($ty, n, w, x, stride) }
         }
-        DotKernels {
-            dot,
-            x2: rows::<2>,
-            x4: rows::<4>,
-            tile: rows::<TILE>,
-        }
+        DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 

@@ -216,9 +216,7 @@ pub(crate) fn scales_mins_k4(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 /// Σ_j bsums[j] · mins[j/2]: the min term of Q4_K/Q5_K against a Q8_K block.
 #[inline]
 fn min_term(bsums: &[u8], mins: &[u8; 8]) -> i32 {
-    (0..16)
-        .map(|j| i16_at(bsums, 2 * j) * mins[j / 2] as i32)
-        .sum()
+    (0..16).map(|j| i16_at(bsums, 2 * j) * mins[j / 2] as i32).sum()
 }
 
 pub(crate) fn dot_q4_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
@@ -330,9 +328,7 @@ pub(crate) fn dot_q2_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
             let b = &w[84 * i..84 * i + 84];
             let (yd, q8, bsums) = q8k(x, i);
             let (sc, qs) = (&b[..16], &b[16..80]);
-            let summs: i32 = (0..16)
-                .map(|j| i16_at(bsums, 2 * j) * (sc[j] >> 4) as i32)
-                .sum();
+            let summs: i32 = (0..16).map(|j| i16_at(bsums, 2 * j) * (sc[j] >> 4) as i32).sum();
             let mut sumi = 0i32;
             for v in 0..256 {
                 let (h, s, l) = (v / 128, (v % 128) / 32, v % 32);
@@ -377,12 +373,7 @@ macro_rules! scalar_kernels {
         fn rows<const N: usize>(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N] {
             std::array::from_fn(|c| $dot(n, w, &x[c * stride..]))
         }
-        DotKernels {
-            dot: $dot,
-            x2: rows::<2>,
-            x4: rows::<4>,
-            tile: rows::<TILE>,
-        }
+        DotKernels { dot: $dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 

@@ -47,11 +47,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
                 b.copy_from_slice(&f32_to_bf16(*x).to_le_bytes());
             }
         }
-        _ => with_block!(
-            ty,
-            blocks(src, dst),
-            return Err(QuantError::CannotQuantize(ty))
-        ),
+        _ => with_block!(ty, blocks(src, dst), return Err(QuantError::CannotQuantize(ty))),
     }
     Ok(())
 }
@@ -69,10 +65,7 @@ pub trait Quantize: Block {
 
 /// Quantize whole blocks; lengths were checked by the caller.
 fn blocks<B: Quantize>(src: &[f32], dst: &mut [u8]) {
-    for (x, out) in src
-        .chunks_exact(B::VALUES)
-        .zip(dst.chunks_exact_mut(B::BYTES))
-    {
+    for (x, out) in src.chunks_exact(B::VALUES).zip(dst.chunks_exact_mut(B::BYTES)) {
         out.copy_from_slice(bytemuck::bytes_of(&B::quantize(x)));
     }
 }
@@ -129,10 +122,7 @@ impl Quantize for BlockQ4_0 {
         let d = signed_absmax(x) / -8.0;
         let id = inverse(d);
         let l = |j: usize| ((x[j] * id + 8.5) as i8).clamp(0, 15) as u8;
-        BlockQ4_0 {
-            d: f16::from_f32(d),
-            qs: pack_nibbles(l),
-        }
+        BlockQ4_0 { d: f16::from_f32(d), qs: pack_nibbles(l) }
     }
 }
 
@@ -142,11 +132,7 @@ impl Quantize for BlockQ4_1 {
         let d = (max - min) / 15.0;
         let id = inverse(d);
         let l = |j: usize| (((x[j] - min) * id + 0.5) as i8).clamp(0, 15) as u8;
-        BlockQ4_1 {
-            d: f16::from_f32(d),
-            m: f16::from_f32(min),
-            qs: pack_nibbles(l),
-        }
+        BlockQ4_1 { d: f16::from_f32(d), m: f16::from_f32(min), qs: pack_nibbles(l) }
     }
 }
 
@@ -155,11 +141,7 @@ impl Quantize for BlockQ5_0 {
         let d = signed_absmax(x) / -16.0;
         let id = inverse(d);
         let l = |j: usize| ((x[j] * id + 16.5) as i8).clamp(0, 31) as u8;
-        BlockQ5_0 {
-            d: f16::from_f32(d),
-            qh: pack_fifth_bits(l),
-            qs: pack_nibbles(l),
-        }
+        BlockQ5_0 { d: f16::from_f32(d), qh: pack_fifth_bits(l), qs: pack_nibbles(l) }
     }
 }
 
@@ -190,10 +172,7 @@ fn q8_symmetric(x: &[f32]) -> (f32, [i8; QK]) {
 impl Quantize for BlockQ8_0 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8_symmetric(x);
-        BlockQ8_0 {
-            d: f16::from_f32(d),
-            qs,
-        }
+        BlockQ8_0 { d: f16::from_f32(d), qs }
     }
 }
 
@@ -201,11 +180,7 @@ impl Quantize for BlockQ8_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8_symmetric(x);
         let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
-        BlockQ8_1 {
-            d: f16::from_f32(d),
-            s: f16::from_f32(sum as f32 * d),
-            qs,
-        }
+        BlockQ8_1 { d: f16::from_f32(d), s: f16::from_f32(sum as f32 * d), qs }
     }
 }
 
@@ -219,11 +194,7 @@ impl Quantize for BlockQ8K {
         let qs: [i8; QK_K] = std::array::from_fn(|j| nearest_int(iscale * x[j]).min(127) as i8);
         let bsums =
             std::array::from_fn(|i| qs[16 * i..16 * i + 16].iter().map(|&q| i16::from(q)).sum());
-        BlockQ8K {
-            d: 1.0 / iscale,
-            qs,
-            bsums,
-        }
+        BlockQ8K { d: 1.0 / iscale, qs, bsums }
     }
 }
 
@@ -240,13 +211,7 @@ impl Quantize for BlockQ2K {
     fn quantize(x: &[f32]) -> Self {
         let mut l = [0u8; QK_K];
         let weights: [f32; QK_K] = std::array::from_fn(|i| x[i].abs());
-        let fit = QkxSearch {
-            nmax: 3,
-            rmin: -0.5,
-            rdelta: 0.1,
-            nstep: 15,
-            use_mad: true,
-        };
+        let fit = QkxSearch { nmax: 3, rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: true };
         let (scales, mins) = fit.run::<16, 16>(x, &weights, &mut l);
         let max_scale = scales.iter().fold(0f32, |m, &s| if s > m { s } else { m });
         let max_min = mins.iter().fold(0f32, |m, &s| if s > m { s } else { m });
@@ -359,19 +324,12 @@ fn k4_quantize(x: &[f32], fit: QkxSearch) -> (f16, f16, [u8; K_SCALE_SIZE], [u8;
     let (scales, mins) = fit.run::<8, 32>(x, &weights, &mut l);
     let max_scale = scales.iter().fold(0f32, |m, &s| if s > m { s } else { m });
     let max_min = mins.iter().fold(0f32, |m, &s| if s > m { s } else { m });
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let ls: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
     let lm: [u8; 8] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
     let packed = pack_scale_min_k4(&ls, &lm);
-    let (d, dmin) = (
-        f16::from_f32(max_scale / 63.0),
-        f16::from_f32(max_min / 63.0),
-    );
+    let (d, dmin) = (f16::from_f32(max_scale / 63.0), f16::from_f32(max_min / 63.0));
     for j in 0..8 {
         let (sc, m) = scale_min_k4(j, &packed);
         let dj = d.to_f32() * f32::from(sc);
@@ -388,37 +346,20 @@ fn k4_quantize(x: &[f32], fit: QkxSearch) -> (f16, f16, [u8; K_SCALE_SIZE], [u8;
 
 impl Quantize for BlockQ4K {
     fn quantize(x: &[f32]) -> Self {
-        let fit = QkxSearch {
-            nmax: 15,
-            rmin: -1.0,
-            rdelta: 0.1,
-            nstep: 20,
-            use_mad: false,
-        };
+        let fit = QkxSearch { nmax: 15, rmin: -1.0, rdelta: 0.1, nstep: 20, use_mad: false };
         let (d, dmin, scales, l) = k4_quantize(x, fit);
         // Chunk c of 64 values → qs[32c..32c+32]: first 32 in low nibbles, next 32 in high.
         let qs = std::array::from_fn(|i| {
             let (c, j) = (i / 32, i % 32);
             l[64 * c + j] | (l[64 * c + j + 32] << 4)
         });
-        BlockQ4K {
-            d,
-            dmin,
-            scales,
-            qs,
-        }
+        BlockQ4K { d, dmin, scales, qs }
     }
 }
 
 impl Quantize for BlockQ5K {
     fn quantize(x: &[f32]) -> Self {
-        let fit = QkxSearch {
-            nmax: 31,
-            rmin: -0.5,
-            rdelta: 0.1,
-            nstep: 15,
-            use_mad: false,
-        };
+        let fit = QkxSearch { nmax: 31, rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: false };
         let (d, dmin, scales, l) = k4_quantize(x, fit);
         // As Q4_K for the low nibbles; bit 4 of value v → bit v / 32 of qh[v % 32].
         let qs = std::array::from_fn(|i| {
@@ -427,13 +368,7 @@ impl Quantize for BlockQ5K {
         });
         let qh =
             std::array::from_fn(|j| (0..8).fold(0u8, |h, k| h | (((l[32 * k + j] >> 4) & 1) << k)));
-        BlockQ5K {
-            d,
-            dmin,
-            scales,
-            qh,
-            qs,
-        }
+        BlockQ5K { d, dmin, scales, qh, qs }
     }
 }
 
@@ -537,11 +472,6 @@ impl Quantize for BlockIQ4XS {
         let (d, ls, qs) = iq4_quantize::<8, QK_K, { QK_K / 2 }>(x);
         let scales_l = std::array::from_fn(|i| (ls[2 * i] & 0xF) | ((ls[2 * i + 1] & 0xF) << 4));
         let scales_h = (0..8).fold(0u16, |h, ib| h | (u16::from(ls[ib] >> 4) << (2 * ib)));
-        BlockIQ4XS {
-            d,
-            scales_h,
-            scales_l,
-            qs,
-        }
+        BlockIQ4XS { d, scales_h, scales_l, qs }
     }
 }

@@ -187,13 +187,8 @@ pub(super) fn make_qx_quants<const L: usize, const N: usize>(
     };
     let mut best_iscale: [f32; L] = std::array::from_fn(|k| -(nmax as f32) / max[k]);
     let (sumlx, suml2) = sums(&best_iscale);
-    let mut scale: [f32; L] = std::array::from_fn(|k| {
-        if suml2[k] != 0.0 {
-            sumlx[k] / suml2[k]
-        } else {
-            0.0
-        }
-    });
+    let mut scale: [f32; L] =
+        std::array::from_fn(|k| if suml2[k] != 0.0 { sumlx[k] / suml2[k] } else { 0.0 });
     let mut best: [f32; L] = std::array::from_fn(|k| scale[k] * sumlx[k]);
     for is in (-9i32..=9).filter(|&is| is != 0) {
         let iscale: [f32; L] = std::array::from_fn(|k| -(nmax as f32 + 0.1 * is as f32) / max[k]);
@@ -209,11 +204,8 @@ pub(super) fn make_qx_quants<const L: usize, const N: usize>(
     for k in 0..L {
         let zero = amax[k] < GROUP_MAX_EPS;
         for (i, row) in xt.iter().enumerate() {
-            l[N * k + i] = if zero {
-                0
-            } else {
-                (level(best_iscale[k], row[k]) as i32 + nmax) as u8
-            };
+            l[N * k + i] =
+                if zero { 0 } else { (level(best_iscale[k], row[k]) as i32 + nmax) as u8 };
         }
         if zero {
             scale[k] = 0.0;
@@ -336,13 +328,8 @@ pub(super) fn iq4_sub_scales<const L: usize>(x: &[f32]) -> [f32; L] {
     };
     let values0 = f32::from(IQ4_NL_VALUES[0]);
     let (sumqx, sumq2) = fit(&std::array::from_fn(|k| 1.0 / (-max[k] / values0)));
-    let mut d: [f32; L] = std::array::from_fn(|k| {
-        if sumq2[k] > 0.0 {
-            sumqx[k] / sumq2[k]
-        } else {
-            0.0
-        }
-    });
+    let mut d: [f32; L] =
+        std::array::from_fn(|k| if sumq2[k] > 0.0 { sumqx[k] / sumq2[k] } else { 0.0 });
     let mut best: [f32; L] = std::array::from_fn(|k| d[k] * sumqx[k]);
     for itry in -NTRY..=NTRY {
         let id = std::array::from_fn(|k| (itry + i32::from(IQ4_NL_VALUES[0])) as f32 / max[k]);

@@ -160,10 +160,7 @@ impl K4Like for Q4KW {
     unsafe fn pair(b: *const u8, j: usize) -> (__m256i, __m256i) {
         let q = load(b.add(16 + 32 * j));
         let m4 = _mm256_set1_epi8(0xF);
-        (
-            _mm256_and_si256(q, m4),
-            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-        )
+        (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4))
     }
 }
 
@@ -177,16 +174,10 @@ impl K4Like for Q5KW {
         let bit = |k: usize| {
             // Bit k of every qh byte → 16 (or 0) per byte.
             let m = _mm256_set1_epi8(1 << k);
-            _mm256_and_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(hb, m), m),
-                _mm256_set1_epi8(16),
-            )
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, m), m), _mm256_set1_epi8(16))
         };
         let lo = _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * j));
-        let hi = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-            bit(2 * j + 1),
-        );
+        let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q), m4), bit(2 * j + 1));
         (lo, hi)
     }
 }
@@ -264,10 +255,7 @@ impl K16Like for Q2KW {
         let sm = _mm256_cvtepu8_epi16(_mm_loadu_si128(b.cast()));
         let sc = _mm256_and_si256(sm, _mm256_set1_epi16(0xF));
         let v = f16x4_at(b.add(76)); // lanes 2, 3: d, dmin (the block's last 4 bytes)
-        let dd = (
-            _mm_cvtss_f32(_mm_movehl_ps(v, v)),
-            _mm_cvtss_f32(_mm_permute_ps::<0b11>(v)),
-        );
+        let dd = (_mm_cvtss_f32(_mm_movehl_ps(v, v)), _mm_cvtss_f32(_mm_permute_ps::<0b11>(v)));
         (dd.0, dd.1, sc, _mm256_srli_epi16::<4>(sm))
     }
     #[inline(always)]
@@ -310,11 +298,7 @@ impl K16Like for Q6KW {
     #[inline(always)]
     unsafe fn values(b: *const u8, h: usize, k: usize) -> __m256i {
         let ql = load(b.add(64 * h + 32 * (k % 2)));
-        let lo = if k < 2 {
-            ql
-        } else {
-            _mm256_srli_epi16::<4>(ql)
-        };
+        let lo = if k < 2 { ql } else { _mm256_srli_epi16::<4>(ql) };
         let lo = _mm256_and_si256(lo, _mm256_set1_epi8(0xF));
         let hi = crumb(load(b.add(128 + 32 * h)), k);
         _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi))

@@ -163,10 +163,7 @@ unsafe fn bits_32(p: *const u8) -> __m256i {
 /// j against a one-bit mask: one op fewer than [`bits_32`] and its complement).
 #[inline(always)]
 unsafe fn clear_bits_32(p: *const u8) -> __m256i {
-    let bit = _mm256_and_si256(
-        spread_bits_32(p),
-        _mm256_set1_epi64x(0x8040201008040201u64 as i64),
-    );
+    let bit = _mm256_and_si256(spread_bits_32(p), _mm256_set1_epi64x(0x8040201008040201u64 as i64));
     _mm256_cmpeq_epi8(bit, _mm256_setzero_si256())
 }
 
@@ -199,9 +196,9 @@ unsafe fn quant32(x: *const f32, id: f32) -> (__m256i, [__m256i; 4]) {
     let mut v = [_mm256_setzero_si256(); 4];
     for (k, v) in v.iter_mut().enumerate() {
         let f = _mm256_mul_ps(_mm256_loadu_ps(x.add(8 * k)), m);
-        *v = _mm256_cvtps_epi32(_mm256_round_ps::<
-            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-        >(f));
+        *v = _mm256_cvtps_epi32(
+            _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(f),
+        );
     }
     let a = _mm256_packs_epi32(v[0], v[1]);
     let b = _mm256_packs_epi32(v[2], v[3]);
@@ -228,8 +225,7 @@ pub(super) unsafe fn quantize_q8_0(x: &[f32], dst: &mut [u8]) {
         let a = amax_n(xp, 32);
         let id = if a != 0.0 { 127.0 / a } else { 0.0 };
         let (q, _) = quant32(xp, id);
-        yp.cast::<u16>()
-            .write_unaligned(half::f16::from_f32(a / 127.0).to_bits());
+        yp.cast::<u16>().write_unaligned(half::f16::from_f32(a / 127.0).to_bits());
         _mm256_storeu_si256(yp.add(2).cast(), q);
     }
 }
@@ -247,11 +243,8 @@ pub(super) unsafe fn quantize_q8_1(x: &[f32], dst: &mut [u8]) {
             _mm256_add_epi32(v[0], v[1]),
             _mm256_add_epi32(v[2], v[3]),
         ));
-        yp.cast::<u16>()
-            .write_unaligned(half::f16::from_f32(d).to_bits());
-        yp.add(2)
-            .cast::<u16>()
-            .write_unaligned(half::f16::from_f32(d * sum as f32).to_bits());
+        yp.cast::<u16>().write_unaligned(half::f16::from_f32(d).to_bits());
+        yp.add(2).cast::<u16>().write_unaligned(half::f16::from_f32(d * sum as f32).to_bits());
         _mm256_storeu_si256(yp.add(4).cast(), q);
     }
 }
@@ -382,10 +375,7 @@ pub(super) unsafe fn dot_float<W: FloatW, const C: usize>(
     }
     let mut out = [0f32; C];
     for (c, (o, a)) in out.iter_mut().zip(&acc).enumerate() {
-        *o = hsum_ps(_mm256_add_ps(
-            _mm256_add_ps(a[0], a[1]),
-            _mm256_add_ps(a[2], a[3]),
-        ));
+        *o = hsum_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
         for j in k..n {
             let xv = xp.add(c * xs + 4 * j).cast::<f32>().read_unaligned();
             *o += W::one(&w[j * W::BYTES..]) * xv;
@@ -411,10 +401,7 @@ impl LegacySigned for Q4_0W {
     const BYTES: usize = 18;
     #[inline(always)]
     unsafe fn decode(b: *const u8) -> (f32, __m256i) {
-        (
-            f16_at(b),
-            _mm256_sub_epi8(nibbles_32(b.add(2)), _mm256_set1_epi8(8)),
-        )
+        (f16_at(b), _mm256_sub_epi8(nibbles_32(b.add(2)), _mm256_set1_epi8(8)))
     }
 }
 
