@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use quant::GgmlType;
 
@@ -48,9 +49,11 @@ impl TensorInfo {
     }
 }
 
-/// Where the bytes come from: a read-only mapping, or an owned buffer (tests, fuzzing).
+/// Where the bytes come from: a read-only mapping, or an owned buffer (tests, fuzzing). The
+/// mapping is shared so that whoever works on it from other threads (the weight streamer) can
+/// hold it alive on its own: [`GgufFile::mmap`] hands out the owner.
 enum Backing {
-    Mmap(memmap2::Mmap),
+    Mmap(Arc<memmap2::Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -105,7 +108,7 @@ impl GgufFile {
         // a kernel that cannot do it ignores it.
         #[cfg(target_os = "linux")]
         let _ = mmap.advise(memmap2::Advice::HugePage);
-        let f = Self::parse(Backing::Mmap(mmap))?;
+        let f = Self::parse(Backing::Mmap(Arc::new(mmap)))?;
         #[cfg(target_os = "linux")]
         f.small_pages_for_sparse_embedding();
         Ok(f)
@@ -258,8 +261,9 @@ impl GgufFile {
         self.bytes().len() as u64
     }
 
-    /// The mapping, when the file was opened from disk (for madvise / mlock).
-    pub fn mmap(&self) -> Option<&memmap2::Mmap> {
+    /// The mapping, when the file was opened from disk (for madvise / mlock). Clone the `Arc` to
+    /// keep the mapping alive independently of this file (a streamer's reader threads do).
+    pub fn mmap(&self) -> Option<&Arc<memmap2::Mmap>> {
         match &self.backing {
             Backing::Mmap(m) => Some(m),
             Backing::Owned(_) => None,
