@@ -41,6 +41,8 @@ pub enum GgufError {
     UnknownTensorType { name: String, id: u32 },
     #[error("tensor {name:?}: {why}")]
     BadTensor { name: String, why: String },
+    #[error("tensor {name:?} has shape {dims:?}: its {what} does not fit in 64 bits or this machine's address space, so no product of its dimensions can be trusted (a corrupt file or a broken converter: re-download or re-convert it)")]
+    ShapeOverflow { name: String, dims: Vec<u64>, what: &'static str },
     #[error("tensor {0:?} appears twice")]
     DuplicateTensor(String),
     #[error("tensor {name:?} (offset {offset}, {size} bytes) lies outside the {data_len}-byte data section (truncated file?)")]

@@ -37,16 +37,25 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Number of elements. Exact for every tensor of a parsed file (the reader refuses a shape
+    /// whose products do not fit, see [`tensor_size`]); saturates at `u64::MAX` for a
+    /// hand-built `TensorInfo` whose dimensions overflow.
     pub fn n_elements(&self) -> u64 {
-        self.dims.iter().product()
+        checked_product(self.dims.iter().copied()).unwrap_or(u64::MAX)
     }
 
-    /// Row length (`dims[0]`) and number of rows (product of the rest).
+    /// Number of rows (product of `dims[1..]`) and row length (`dims[0]`). Exact for every
+    /// tensor of a parsed file; saturates at `usize::MAX` for a hand-built one that overflows.
     pub fn rows_cols(&self) -> (usize, usize) {
-        let cols = self.dims.first().copied().unwrap_or(1) as usize;
-        let rows = self.dims.iter().skip(1).product::<u64>() as usize;
+        let to_usize = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+        let cols = self.dims.first().map_or(1, |&c| to_usize(c));
+        let rows = checked_product(self.dims.iter().skip(1).copied()).map_or(usize::MAX, to_usize);
         (rows, cols)
     }
+}
+
+fn checked_product(it: impl Iterator<Item = u64>) -> Option<u64> {
+    it.into_iter().try_fold(1u64, u64::checked_mul)
 }
 
 /// Where the bytes come from: a read-only mapping, or an owned buffer (tests, fuzzing). The
@@ -190,6 +199,9 @@ impl GgufFile {
 
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        // Totals over all tensors (`snug inspect` adds them up): tensors may share data, so the
+        // file size alone does not bound them.
+        let (mut all_elements, mut all_bytes) = (0u64, 0u64);
         for _ in 0..n_tensors {
             let name = c.string("tensor name")?;
             let n_dims = c.u32("tensor dimension count")? as usize;
@@ -208,6 +220,17 @@ impl GgufFile {
                 .ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), id: ty_id })?;
             let offset = c.u64("tensor offset")?;
             let size = tensor_size(&name, &dims, ggml_type)?;
+            let n_elements = checked_product(dims.iter().copied()).unwrap_or(u64::MAX);
+            match (all_elements.checked_add(n_elements), all_bytes.checked_add(size)) {
+                (Some(e), Some(b)) => (all_elements, all_bytes) = (e, b),
+                _ => {
+                    return Err(GgufError::ShapeOverflow {
+                        name,
+                        dims,
+                        what: "element or byte count added to the tensors before it",
+                    })
+                }
+            }
             if offset % alignment != 0 {
                 return Err(GgufError::BadTensor {
                     name,
@@ -303,36 +326,62 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// The bytes of a tensor: a slice of the mapping, never a copy.
+    /// The bytes of a tensor: a slice of the mapping, never a copy. For a tensor of this file
+    /// that is always its whole data (bounds were checked at parse time); a `TensorInfo` from
+    /// elsewhere whose bytes would lie outside this file gives an empty slice, not a panic.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        // Bounds were checked at parse time for every tensor of this file.
-        let start = (self.data_offset + t.offset) as usize;
-        &self.bytes()[start..start + t.size as usize]
+        let start = self.data_offset.checked_add(t.offset);
+        let end = start.and_then(|s| s.checked_add(t.size));
+        let range = |s: u64, e: u64| Some(usize::try_from(s).ok()?..usize::try_from(e).ok()?);
+        match (start, end) {
+            (Some(s), Some(e)) => range(s, e).and_then(|r| self.bytes().get(r)).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 }
 
-/// Bytes of a tensor of `dims` × `ty`, checked for overflow and whole blocks.
+/// Bytes of a tensor of `dims` × `ty`, refusing any shape snug could not compute with.
+///
+/// Not only the byte size must fit: every product of dimensions the rest of snug forms — the
+/// element count, the row count (product of `dims[1..]`), the bytes of one row — must be
+/// representable in u64 and in usize, or a later multiplication would overflow (a panic with
+/// overflow checks, a silently wrapped shape without). A zero dimension makes the element count
+/// 0 but leaves the row count as large as the other dimensions make it, so the check is on the
+/// product of all dimensions with zeros counted as 1, which bounds every sub-product.
 pub fn tensor_size(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError> {
-    let bad = |why: String| GgufError::BadTensor { name: name.to_string(), why };
-    let mut n: u64 = 1;
-    for &d in dims {
-        n = n.checked_mul(d).ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
-    }
+    let overflow =
+        |what| GgufError::ShapeOverflow { name: name.to_string(), dims: dims.to_vec(), what };
+    let Some(&cols) = dims.first() else {
+        return Err(GgufError::BadTensor { name: name.to_string(), why: "no dimensions".into() });
+    };
+    checked_product(dims.iter().map(|&d| d.max(1)))
+        .filter(|&p| fits_usize(p))
+        .ok_or_else(|| overflow("product of dimensions"))?;
     let bs = ty.block_size() as u64;
-    if dims[0] % bs != 0 {
-        return Err(bad(format!(
-            "row length {} is not a multiple of the {} block size {bs}",
-            dims[0], ty
-        )));
+    if cols % bs != 0 {
+        return Err(GgufError::BadTensor {
+            name: name.to_string(),
+            why: format!("row length {cols} is not a multiple of the {ty} block size {bs}"),
+        });
     }
-    (n / bs)
+    let row_bytes = (cols / bs)
         .checked_mul(ty.type_size() as u64)
-        .filter(|&s| s < (1u64 << 62))
-        .ok_or_else(|| bad(format!("dimensions {dims:?} of {ty} overflow")))
+        .filter(|&b| fits_usize(b))
+        .ok_or_else(|| overflow("row size in bytes"))?;
+    // Cannot overflow: bounded by the product checked above.
+    let rows = checked_product(dims.iter().skip(1).copied()).unwrap_or(u64::MAX);
+    rows.checked_mul(row_bytes)
+        .filter(|&s| s < (1u64 << 62) && fits_usize(s))
+        .ok_or_else(|| overflow("size in bytes"))
 }
 
+fn fits_usize(x: u64) -> bool {
+    usize::try_from(x).is_ok()
+}
+
+/// `x` rounded up to a multiple of `a`; `None` on overflow or for `a == 0`.
 pub(crate) fn align_up(x: u64, a: u64) -> Option<u64> {
-    x.checked_add(a - 1).map(|v| v / a * a)
+    x.checked_next_multiple_of(a)
 }
 
 struct Cursor<'a> {

@@ -240,7 +240,9 @@ impl Array {
         }
     }
 
-    /// Integer elements widened to i64 (token types are i32, some writers use u32 or i8...).
+    /// Integer elements widened to i64 (token types are i32, some writers use u32 or i8...);
+    /// `None` for other arrays and for a u64 array holding a value past `i64::MAX` (never
+    /// wrapped to a negative number).
     pub fn to_i64s(&self) -> Option<Vec<i64>> {
         self.iter_i64s().map(Iterator::collect)
     }
@@ -254,7 +256,9 @@ impl Array {
             Array::I16(v) => Box::new(v.iter().map(|&x| x as i64)),
             Array::U32(v) => Box::new(v.iter().map(|&x| x as i64)),
             Array::I32(v) => Box::new(v.iter().map(|&x| x as i64)),
-            Array::U64(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Array::U64(v) if v.iter().all(|&x| i64::try_from(x).is_ok()) => {
+                Box::new(v.iter().map(|&x| x as i64))
+            }
             Array::I64(v) => Box::new(v.iter().copied()),
             Array::Bool(v) => Box::new(v.iter().map(|&x| x as i64)),
             _ => return None,

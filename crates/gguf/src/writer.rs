@@ -68,7 +68,16 @@ impl<W: Write> GgufWriter<W> {
         let size = tensor_size(&spec.name, &spec.dims, spec.ggml_type)?;
         let offset = match self.tensors.last() {
             None => 0,
-            Some((_, off, sz)) => align_up(off + sz, self.alignment).unwrap(),
+            Some((_, off, sz)) => off
+                .checked_add(*sz)
+                .and_then(|end| align_up(end, self.alignment))
+                .ok_or_else(|| {
+                    GgufError::Writer(format!(
+                        "tensor {:?}: the tensors before it fill the 64-bit offset range \
+                             (or general.alignment {} is 0)",
+                        spec.name, self.alignment
+                    ))
+                })?,
         };
         self.tensors.push((spec, offset, size));
         Ok(self)
@@ -86,7 +95,8 @@ impl<W: Write> GgufWriter<W> {
     }
 
     fn pad_to_alignment(&mut self) -> Result<(), GgufError> {
-        let target = align_up(self.pos, self.alignment).unwrap();
+        let target = align_up(self.pos, self.alignment)
+            .ok_or_else(|| GgufError::BadAlignment(self.alignment.to_string()))?;
         let zeros = vec![0u8; (target - self.pos) as usize];
         self.put(&zeros)
     }

@@ -46,10 +46,10 @@ impl Raw {
     }
     /// Pads to `align` and appends `n` data bytes.
     fn data(mut self, align: usize, n: usize) -> Raw {
-        while self.0.len() % align != 0 {
+        while !self.0.len().is_multiple_of(align) {
             self.0.push(0);
         }
-        self.0.extend(std::iter::repeat(0x55).take(n));
+        self.0.extend(std::iter::repeat_n(0x55, n));
         self
     }
     fn parse(self) -> Result<GgufFile, GgufError> {
@@ -360,16 +360,65 @@ fn unknown_tensor_types_are_refused() {
 fn overflowing_tensor_sizes_are_refused() {
     // dims product overflows u64.
     let r = Raw::header(3, 1, 0).tensor("t", &[1 << 32, 1 << 32, 2], 0, 0).data(32, 32);
-    refused!(r.parse(), GgufError::BadTensor { .. });
+    let e = refused!(r.parse(), GgufError::ShapeOverflow { what: "product of dimensions", .. });
+    assert!(e.to_string().contains("\"t\"") && e.to_string().contains("re-convert"), "{e}");
     // elements fit, bytes (× 4 for f32) do not.
     let r = Raw::header(3, 1, 0).tensor("t", &[1 << 62, 2], 0, 0).data(32, 32);
-    refused!(r.parse(), GgufError::BadTensor { .. });
+    refused!(r.parse(), GgufError::ShapeOverflow { what: "row size in bytes", .. });
+    let r = Raw::header(3, 1, 0).tensor("t", &[2, 1 << 61], 0, 0).data(32, 32);
+    refused!(r.parse(), GgufError::ShapeOverflow { what: "size in bytes", .. });
     // Q8_0: (n / 32) × 34 overflows.
     let r = Raw::header(3, 1, 0).tensor("t", &[1 << 63], 8, 0).data(32, 32);
-    refused!(r.parse(), GgufError::BadTensor { .. });
+    refused!(r.parse(), GgufError::ShapeOverflow { .. });
     // A row that is not whole blocks.
     let r = Raw::header(3, 1, 0).tensor("t", &[100], 12, 0).data(32, 1024);
     refused!(r.parse(), GgufError::BadTensor { .. });
+}
+
+#[test]
+fn a_zero_dimension_does_not_hide_an_overflowing_row_count() {
+    // Zero elements and zero bytes, but rows = 2^40 × 2^40 would overflow: refused.
+    let r = Raw::header(3, 1, 0).tensor("t", &[0, 1 << 40, 1 << 40], 0, 0).data(32, 0);
+    refused!(r.parse(), GgufError::ShapeOverflow { what: "product of dimensions", .. });
+    let r = Raw::header(3, 1, 0).tensor("t", &[32, 0, u64::MAX], 0, 0).data(32, 0);
+    refused!(r.parse(), GgufError::ShapeOverflow { .. });
+    // A zero row length with a large but representable row count is exact.
+    let f = Raw::header(3, 1, 0).tensor("t", &[0, 1 << 40], 0, 0).data(32, 0).parse().unwrap();
+    assert_eq!(f.tensors[0].rows_cols(), (1 << 40, 0));
+    assert_eq!(f.tensors[0].n_elements(), 0);
+}
+
+#[test]
+fn the_totals_over_all_tensors_cannot_overflow() {
+    // Each tensor is valid on its own (2^62 - 32 bytes of i8); five of them add up past 2^64.
+    // The header is refused before the data section is looked at (`snug inspect` sums these).
+    let mut r = Raw::header(3, 5, 0);
+    for name in ["a", "b", "c", "d", "e"] {
+        r = r.tensor(name, &[(1 << 62) - 32], 24, 0);
+    }
+    let e = refused!(r.data(32, 0).parse(), GgufError::ShapeOverflow { .. });
+    assert!(e.to_string().contains("\"e\""), "{e}");
+}
+
+#[test]
+fn accessors_on_hand_built_tensor_infos_saturate_instead_of_overflowing() {
+    let t = gguf::TensorInfo {
+        name: "x".into(),
+        dims: vec![0, u64::MAX, u64::MAX],
+        ggml_type: GgmlType::F32,
+        offset: u64::MAX,
+        size: u64::MAX,
+    };
+    assert_eq!(t.n_elements(), 0);
+    assert_eq!(t.rows_cols(), (usize::MAX, 0));
+    let f = GgufFile::from_bytes(valid_image()).unwrap();
+    assert!(f.tensor_data(&t).is_empty(), "a foreign tensor past the file reads as empty");
+}
+
+#[test]
+fn u64_arrays_past_i64_max_are_not_wrapped_to_negative() {
+    assert_eq!(Array::U64(vec![1, 1 << 63]).to_i64s(), None);
+    assert_eq!(Array::U64(vec![1, i64::MAX as u64]).to_i64s(), Some(vec![1, i64::MAX]));
 }
 
 #[test]

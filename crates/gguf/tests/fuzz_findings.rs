@@ -1,0 +1,44 @@
+//! Every input the fuzzer (`fuzz/`, target `gguf_from_bytes`) ever stopped on, kept as a file
+//! under `tests/fixtures/fuzz/` and replayed here with the typed error it must now give. A new
+//! finding is one more fixture and one more row in [`FINDINGS`].
+
+use gguf::{GgufError, GgufFile};
+
+/// A fixture file and the check its parse result must pass.
+struct Finding {
+    file: &'static str,
+    expect: fn(&Result<GgufFile, GgufError>) -> bool,
+}
+
+const FINDINGS: &[Finding] = &[
+    // Dims [0, 7.6e18, 7.8e18, 3.2e16]: zero elements (so zero bytes) but a row count that
+    // overflowed in `TensorInfo::rows_cols`.
+    Finding {
+        file: "rows_cols_overflow.gguf",
+        expect: |r| {
+            matches!(r, Err(GgufError::ShapeOverflow { what: "product of dimensions", dims, .. })
+                if dims.len() == 4 && dims[0] == 0)
+        },
+    },
+];
+
+#[test]
+fn every_fuzz_finding_gives_its_typed_error() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = FINDINGS.iter().map(|f| f.file.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "each fixture in {} has a row in FINDINGS", dir.display());
+    for f in FINDINGS {
+        let r = GgufFile::from_bytes(std::fs::read(dir.join(f.file)).unwrap());
+        assert!((f.expect)(&r), "{}: {r:?}", f.file);
+        // And the message tells the user what to do.
+        if let Err(e) = r {
+            assert!(e.to_string().contains("re-download"), "{}: {e}", f.file);
+        }
+    }
+}
