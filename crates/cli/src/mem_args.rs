@@ -199,7 +199,12 @@ impl Planned {
         path: &std::path::Path,
         ctx: &Context,
     ) -> anyhow::Result<Residence> {
-        let map = model.file.bytes();
+        let mapping = model
+            .file
+            .mmap()
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the model is not mapped from a file"))?;
+        let map: &[u8] = &mapping;
         let layers: Vec<_> =
             (0..model.config.n_layer).map(|il| model.weights.layer_stages(il)).collect();
         let n_layer = layers.len();
@@ -220,7 +225,7 @@ impl Planned {
             Residency::Stream => (self.request.pinned_layers, false),
         };
         let streamer = Arc::new(
-            Streamer::new(map, path, layers, pinned, lock, plan::stream_window(&self.facts))
+            Streamer::new(mapping, path, layers, pinned, lock, plan::stream_window(&self.facts))
                 .map_err(anyhow::Error::msg)?,
         );
         ctx.set_layer_observer(streamer.clone());

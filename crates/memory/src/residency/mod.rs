@@ -1,0 +1,100 @@
+//! Residency of the mapped weights: how the model file's pages come into memory and stay there.
+//!
+//! Three modes are one-shot and live here: `mmap` (nothing to do: pages come in on first touch),
+//! `populate` ([`populate`]: every page read in at load) and `mlock` ([`lock_all`]: read in and
+//! pinned, within `RLIMIT_MEMLOCK`). The fourth keeps some layers resident and streams the
+//! others through memory a stage at a time: the [`Streamer`]. Every mode runs through a
+//! streamer (with every layer pinned it only counts stages), so the pressure governor can move
+//! layers between the two sets at any time.
+//!
+//! Pages are read in by [`READERS`] threads faulting one byte per page, not by
+//! `MADV_WILLNEED`: the kernel reads at most one readahead window (`read_ahead_kb`) per
+//! `WILLNEED` call and ignores the rest of the range, so one call on a whole layer reads a few
+//! MiB and the computing threads' own faults read the rest as two synchronous streams, while the
+//! disks this runs on serve several parallel synchronous streams best. Cost: [`READERS`]
+//! threads while populating. The measurements behind this are in BENCHMARKS.md (7B in cgroup
+//! limits, sessions 4 and 5).
+
+mod pages;
+mod stream;
+
+pub use stream::{LayerObserver, LayerStages, Release, Streamer};
+
+use pages::{outer, touch_pages};
+
+/// Threads that fault pages in: [`populate`]'s, and each streamer's readers. Eight parallel
+/// synchronous reads keep a virtual disk busiest; more gain nothing measurable (the sweep is in
+/// BENCHMARKS.md, session 5).
+pub const READERS: usize = 8;
+
+/// Reads every page of `map` in now, [`READERS`] threads each faulting a contiguous part, so
+/// decoding never waits on the disk.
+pub fn populate(map: &[u8]) {
+    let part = map.len().div_ceil(READERS).max(1);
+    std::thread::scope(|sc| {
+        for lo in (0..map.len()).step_by(part) {
+            let hi = (lo + part).min(map.len());
+            let read = move || touch_pages(map, lo, hi, || false);
+            // No thread to be had: read this part here instead.
+            if std::thread::Builder::new().spawn_scoped(sc, read).is_err() {
+                read();
+            }
+        }
+    });
+}
+
+/// `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the rlimit we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    if rc != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(r.rlim_cur)
+}
+
+fn has_ipc_lock() -> bool {
+    // Root (or CAP_IPC_LOCK) is not bound by RLIMIT_MEMLOCK; checking effective uid covers the
+    // common case, and mlock's own error covers the rest.
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Locks `[start, end)` of `map` in memory, failing with the numbers if `RLIMIT_MEMLOCK` is too
+/// small or the kernel refuses.
+pub fn lock_range(map: &[u8], start: usize, end: usize) -> Result<(), String> {
+    let Some((p, n)) = outer(map, start, end) else {
+        return Ok(());
+    };
+    if !has_ipc_lock() {
+        if let Some(lim) = memlock_limit() {
+            if (n as u64) > lim {
+                return Err(format!(
+                    "--load mlock needs to lock {} but RLIMIT_MEMLOCK is {}; raise it (`ulimit -l unlimited`, or LimitMEMLOCK= in a systemd unit) or use --load populate",
+                    crate::fmt_bytes(n as u64),
+                    crate::fmt_bytes(lim)
+                ));
+            }
+        }
+    }
+    // SAFETY: [p, p+n) lies within the live mapping `map` borrows.
+    let rc = unsafe { libc::mlock(p, n) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("mlock of {} failed: {e}; check `ulimit -l` and the memory limit, or use --load populate", crate::fmt_bytes(n as u64)));
+    }
+    Ok(())
+}
+
+/// Locks the whole mapping (`--load mlock`).
+pub fn lock_all(map: &[u8]) -> Result<(), String> {
+    lock_range(map, 0, map.len())
+}
+
+fn unlock_range(map: &[u8], start: usize, end: usize) {
+    if let Some((p, n)) = outer(map, start, end) {
+        // SAFETY: [p, p+n) lies within the live mapping; munlock of unlocked pages is harmless.
+        unsafe { libc::munlock(p, n) };
+    }
+}
