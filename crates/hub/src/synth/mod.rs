@@ -1,0 +1,167 @@
+//! Random-weight models with real shapes (`snug synth`): how snug is benchmarked at 7–9B, where
+//! no real model is at hand. Speed and memory of a forward pass do not depend on weight values.
+//!
+//! Weights are seeded N(0, 0.02), norms 1 + N(0, 0.02), quantized with the tensor-type mix
+//! llama-quantize picks (Q4_K_M: Q6_K for output, attn_v/ffn_down in "more bits" layers). By
+//! default each tensor tiles rows drawn from a small pool of rows quantized once per (type, row
+//! length) — a seeded choice per row — so a 4.4 GB file is written at disk speed; `exact`
+//! quantizes every row (minutes on 2 cores). Memory: one tensor buffer at a time (≤ ~0.5 GB).
+//!
+//! One idea per file: `shapes` (the shape table, [`SHAPES`]), `recipe` (which type each tensor
+//! gets, [`Recipe`]), `tensors` (every tensor of a shape, [`plan`]), `values` (each tensor's
+//! data), `vocab` (the made-up tokenizer), `rng` (the seeded generator) and `write` (the file);
+//! this file ties them together and holds the options, report and errors.
+
+mod recipe;
+mod rng;
+mod shapes;
+mod tensors;
+mod values;
+mod vocab;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gguf::{Array, GgufError, GgufFile, Value};
+use quant::QuantError;
+
+pub use recipe::Recipe;
+pub use shapes::{shape, Arch, Shape, SHAPES};
+pub use tensors::{plan, Kind, PlannedTensor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error("unknown shape {0:?} (known: {list})", list = SHAPES.iter().map(|s| s.name).collect::<Vec<_>>().join(", "))]
+    UnknownShape(String),
+    #[error("tokenizer source has no tokenizer.ggml.tokens array: pass a real model (e.g. --tokenizer-from qwen2.5-coder-0.5b)")]
+    NoTokenizer,
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("quantizing {tensor}: {source}")]
+    Quant { tensor: String, source: QuantError },
+    #[error(
+        "disk full writing {path}: the file needs {need} bytes; free space or write elsewhere"
+    )]
+    DiskFull { path: PathBuf, need: u64 },
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+/// How to synthesise.
+#[derive(Clone, Debug)]
+pub struct SynthOptions {
+    pub shape: Shape,
+    pub recipe: Recipe,
+    pub seed: u64,
+    /// Worker threads for quantization and row generation.
+    pub threads: usize,
+    /// Quantize every row (slow) instead of tiling a pool of quantized rows.
+    pub exact: bool,
+    /// Rows per (type, row length) pool in tiling mode.
+    pub pool_rows: usize,
+    pub quiet: bool,
+}
+
+impl SynthOptions {
+    pub fn new(shape: &Shape) -> SynthOptions {
+        SynthOptions {
+            shape: shape.clone(),
+            recipe: Recipe::Q4KM,
+            seed: 0,
+            threads: 2,
+            exact: false,
+            pool_rows: 64,
+            quiet: true,
+        }
+    }
+}
+
+/// What was written.
+#[derive(Clone, Debug)]
+pub struct SynthReport {
+    pub path: PathBuf,
+    pub n_tensors: usize,
+    pub n_params: u64,
+    pub file_bytes: u64,
+    pub seconds: f64,
+}
+
+/// Writes a random-weight model to `out` (atomically: `out.partial` then rename). Tokenizer
+/// metadata (every `tokenizer.*` key) is copied from `tokenizer`; without one, a 257-token
+/// byte-level BPE vocabulary (256 bytes + `<|endoftext|>`) is made up.
+pub fn synth(
+    opts: &SynthOptions,
+    tokenizer: Option<&GgufFile>,
+    out: &Path,
+) -> Result<SynthReport, SynthError> {
+    let started = Instant::now();
+    let tok_kvs = match tokenizer {
+        Some(f) => {
+            let kvs: Vec<(String, Value)> =
+                f.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).cloned().collect();
+            if !kvs.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
+                return Err(SynthError::NoTokenizer);
+            }
+            kvs
+        }
+        None => vocab::byte_level_tokenizer(),
+    };
+    let n_vocab = tok_kvs
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .and_then(|(_, v)| v.as_array())
+        .map(Array::len)
+        .ok_or(SynthError::NoTokenizer)?;
+
+    let tensors = plan(&opts.shape, n_vocab, opts.recipe);
+    let meta = metadata(opts, n_vocab, tok_kvs);
+    write::write_file(opts, &tensors, meta, out)?;
+    let file_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    Ok(SynthReport {
+        path: out.to_path_buf(),
+        n_tensors: tensors.len(),
+        n_params: tensors.iter().map(|t| t.dims.iter().product::<u64>()).sum(),
+        file_bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The header: `general.*`, the architecture's hyper-parameters, `snug.synth.*` (how it was
+/// made) and the tokenizer's keys.
+fn metadata(
+    opts: &SynthOptions,
+    n_vocab: usize,
+    tok_kvs: Vec<(String, Value)>,
+) -> Vec<(String, Value)> {
+    let s = &opts.shape;
+    let arch = s.arch.name();
+    let mut meta: Vec<(String, Value)> = Vec::new();
+    let mut kv = |k: &str, v: Value| meta.push((k.to_string(), v));
+    kv("general.architecture", Value::String(arch.into()));
+    kv("general.type", Value::String("model".into()));
+    kv(
+        "general.name",
+        Value::String(format!("synthetic {} (random weights, seed {})", s.name, opts.seed)),
+    );
+    kv("general.file_type", Value::U32(opts.recipe.file_type()));
+    kv("general.quantization_version", Value::U32(2));
+    let key = |k: &str| format!("{arch}.{k}");
+    kv(&key("block_count"), Value::U32(s.n_layer as u32));
+    kv(&key("context_length"), Value::U32(s.n_ctx_train as u32));
+    kv(&key("embedding_length"), Value::U32(s.n_embd as u32));
+    kv(&key("feed_forward_length"), Value::U32(s.n_ff as u32));
+    kv(&key("attention.head_count"), Value::U32(s.n_head as u32));
+    kv(&key("attention.head_count_kv"), Value::U32(s.n_head_kv as u32));
+    kv(&key("rope.freq_base"), Value::F32(s.rope_freq_base));
+    kv(&key("rope.dimension_count"), Value::U32(s.head_dim() as u32));
+    kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps));
+    if s.arch == Arch::Llama {
+        kv(&key("vocab_size"), Value::U32(n_vocab as u32));
+    }
+    kv("snug.synth.shape", Value::String(s.name.into()));
+    kv("snug.synth.seed", Value::U64(opts.seed));
+    kv("snug.synth.exact", Value::Bool(opts.exact));
+    meta.extend(tok_kvs);
+    meta
+}

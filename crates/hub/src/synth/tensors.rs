@@ -1,0 +1,146 @@
+//! The tensor plan: every tensor of a shape, in llama.cpp converter order, with its kind,
+//! dimensions and type.
+
+use gguf::GgmlType;
+
+use super::{Recipe, Shape};
+
+/// What a tensor is, for the type recipe and its random values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    TokenEmbd,
+    Output,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    /// 1-D: stays f32. Norm weights are 1 + N(0, 0.02).
+    Norm,
+    /// 1-D: stays f32, N(0, 0.02).
+    Bias,
+    /// 1-D f32 llama3 rope frequency factors (computed, not random).
+    RopeFreqs,
+}
+
+/// One tensor of the plan.
+#[derive(Clone, Debug)]
+pub struct PlannedTensor {
+    pub name: String,
+    pub kind: Kind,
+    pub dims: Vec<u64>,
+    pub ggml_type: GgmlType,
+}
+
+/// The tensors of `shape` with `n_vocab` tokens, in llama.cpp converter order, typed by `recipe`.
+pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor> {
+    let (n_embd, hd) = (shape.n_embd, shape.head_dim());
+    let (q_dim, kv_dim) = (shape.n_head * hd, shape.n_head_kv * hd);
+    let mut out = Vec::new();
+    let mut counters = [0usize; 2]; // attn_v, ffn_down
+    let mut push = |name: String, kind: Kind, dims: Vec<u64>| {
+        let ggml_type = match kind {
+            Kind::Norm | Kind::Bias | Kind::RopeFreqs => GgmlType::F32,
+            _ => {
+                let counter = match kind {
+                    Kind::AttnV => Some(0),
+                    Kind::FfnDown => Some(1),
+                    _ => None,
+                };
+                let i = counter.map_or(0, |c| {
+                    counters[c] += 1;
+                    counters[c] - 1
+                });
+                recipe.tensor_type(kind, i, shape.n_layer, dims[0] as usize)
+            }
+        };
+        out.push(PlannedTensor { name, kind, dims, ggml_type });
+    };
+    let (e, v) = (n_embd as u64, n_vocab as u64);
+    push("token_embd.weight".into(), Kind::TokenEmbd, vec![e, v]);
+    if shape.llama3_rope.is_some() {
+        push("rope_freqs.weight".into(), Kind::RopeFreqs, vec![hd as u64 / 2]);
+    }
+    for l in 0..shape.n_layer {
+        let b = |t: &str| format!("blk.{l}.{t}");
+        push(b("attn_norm.weight"), Kind::Norm, vec![e]);
+        for (t, kind, rows) in [
+            ("attn_q", Kind::AttnQ, q_dim),
+            ("attn_k", Kind::AttnK, kv_dim),
+            ("attn_v", Kind::AttnV, kv_dim),
+        ] {
+            push(b(&format!("{t}.weight")), kind, vec![e, rows as u64]);
+            if shape.qkv_bias {
+                push(b(&format!("{t}.bias")), Kind::Bias, vec![rows as u64]);
+            }
+        }
+        push(b("attn_output.weight"), Kind::AttnOutput, vec![q_dim as u64, e]);
+        push(b("ffn_norm.weight"), Kind::Norm, vec![e]);
+        push(b("ffn_gate.weight"), Kind::FfnGate, vec![e, shape.n_ff as u64]);
+        push(b("ffn_up.weight"), Kind::FfnUp, vec![e, shape.n_ff as u64]);
+        push(b("ffn_down.weight"), Kind::FfnDown, vec![shape.n_ff as u64, e]);
+    }
+    push("output_norm.weight".into(), Kind::Norm, vec![e]);
+    push("output.weight".into(), Kind::Output, vec![e, v]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::shape;
+
+    fn types_of(shape: &str, kind: Kind) -> Vec<GgmlType> {
+        plan(shape_of(shape), 151936, Recipe::Q4KM)
+            .into_iter()
+            .filter(|t| t.kind == kind)
+            .map(|t| t.ggml_type)
+            .collect()
+    }
+
+    fn shape_of(name: &str) -> &'static Shape {
+        shape(name).unwrap()
+    }
+
+    #[test]
+    fn q4_k_m_mix_matches_the_real_qwen_1_5b_file() {
+        // Layers with Q6_K attn_v / ffn_down in qwen2.5-coder-1.5b (tensor order 0..27).
+        let v = types_of("qwen2.5-1.5b", Kind::AttnV);
+        let six: Vec<usize> =
+            v.iter().enumerate().filter(|(_, t)| **t == GgmlType::Q6K).map(|(i, _)| i).collect();
+        assert_eq!(six, [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]);
+        assert_eq!(types_of("qwen2.5-1.5b", Kind::FfnDown), v);
+        assert_eq!(types_of("qwen2.5-7b", Kind::Output), [GgmlType::Q6K]);
+        assert_eq!(types_of("qwen2.5-7b", Kind::TokenEmbd), [GgmlType::Q4K]);
+        assert!(types_of("qwen2.5-7b", Kind::FfnGate).iter().all(|t| *t == GgmlType::Q4K));
+    }
+
+    #[test]
+    fn rows_that_are_not_whole_super_blocks_fall_back_like_llama_cpp() {
+        // qwen2.5-0.5b (896 wide): the real file has Q5_0 where Q4_K would be, Q8_0 for Q6_K.
+        assert_eq!(types_of("qwen2.5-0.5b", Kind::TokenEmbd), [GgmlType::Q5_0]);
+        assert_eq!(types_of("qwen2.5-0.5b", Kind::Output), [GgmlType::Q8_0]);
+        let v = types_of("qwen2.5-0.5b", Kind::AttnV);
+        assert_eq!(v.iter().filter(|t| **t == GgmlType::Q8_0).count(), 12);
+        assert_eq!(v.iter().filter(|t| **t == GgmlType::Q5_0).count(), 12);
+        // ffn_down rows are 4864 = 19 × 256 wide: real K-quants.
+        let d = types_of("qwen2.5-0.5b", Kind::FfnDown);
+        assert_eq!(d.iter().filter(|t| **t == GgmlType::Q6K).count(), 12);
+    }
+
+    #[test]
+    fn plans_have_the_real_tensor_counts_and_sizes() {
+        let q = plan(shape_of("qwen2.5-7b"), 151936, Recipe::Q4KM);
+        assert_eq!(q.len(), 28 * 12 + 3);
+        let l = plan(shape_of("llama-3.1-8b"), 128256, Recipe::Q4KM);
+        assert_eq!(l.len(), 32 * 9 + 4);
+        let params: u64 = l.iter().map(|t| t.dims.iter().product::<u64>()).sum();
+        assert!((8.0e9..8.1e9).contains(&(params as f64)), "{params}");
+        let bytes: u64 =
+            q.iter().map(|t| gguf::tensor_size(&t.name, &t.dims, t.ggml_type).unwrap()).sum();
+        // Qwen2.5-7B-Instruct-Q4_K_M.gguf is 4.68 GB.
+        assert!((4.55e9..4.75e9).contains(&(bytes as f64)), "{bytes}");
+    }
+}
