@@ -1,6 +1,8 @@
 //! The `snug` binary: a thin layer that parses flags into typed configs and calls the library
 //! crates. One module per verb.
 
+#![forbid(unsafe_code)]
+
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_eval;
