@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(f) = GgufFile::from_bytes(data.to_vec()) else { return };
     let _ = (f.version, f.alignment, f.architecture(), f.mmap().is_none(), format!("{f:?}"));
     assert_eq!(f.file_len(), f.bytes().len() as u64);
-    assert!(f.data_offset <= f.file_len() || f.tensors.is_empty());
+    assert!(f.data_offset <= f.file_len());
     for t in &f.tensors {
         assert_eq!(f.tensor_data(t).len() as u64, t.size);
         assert!(f.tensor(&t.name).is_some_and(|u| std::ptr::eq(u, t)));
@@ -32,7 +32,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // Re-writing is a fixed point after one round (the writer packs tensors and pads, so the
-    // first rewrite may differ from the input; the second must equal the first).
+    // first rewrite may differ from the input; the second must equal the first). A file may ask
+    // for any power-of-two alignment up to 2^30, and its rewrite is then padded to it: past 1 MiB
+    // that is a large file held in a Vec here, not a bug, so the round trip is skipped.
+    if f.alignment > 1 << 20 {
+        return;
+    }
     let once = rewrite(&f);
     let g = GgufFile::from_bytes(once.clone()).expect("writer output must parse");
     assert_eq!(rewrite(&g), once);

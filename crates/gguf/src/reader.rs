@@ -85,7 +85,9 @@ pub struct GgufFile {
     index: HashMap<String, usize>,
     pub tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
-    /// Absolute offset of the data section in the file.
+    /// Absolute offset of the data section in the file; never past its end. (A file without
+    /// tensors need not be padded to the alignment — vocabulary-only GGUFs are not — and its data
+    /// section is then empty at the end of the file.)
     pub data_offset: u64,
 }
 
@@ -262,6 +264,10 @@ impl GgufFile {
             }
         }
 
+        // Every tensor ends inside the file, so with tensors this changes nothing; without, an
+        // unpadded end or a huge alignment (2^30 on a 123-byte file, a fuzz finding) would put
+        // the data section past the end, and `file_len - data_offset` would wrap.
+        let data_offset = data_offset.min(file_len);
         Ok(GgufFile {
             backing,
             version,

@@ -97,8 +97,13 @@ impl<W: Write> GgufWriter<W> {
     fn pad_to_alignment(&mut self) -> Result<(), GgufError> {
         let target = align_up(self.pos, self.alignment)
             .ok_or_else(|| GgufError::BadAlignment(self.alignment.to_string()))?;
-        let zeros = vec![0u8; (target - self.pos) as usize];
-        self.put(&zeros)
+        // From a fixed block: a large alignment (up to 2^30) is no large allocation.
+        const ZEROS: [u8; 4096] = [0; 4096];
+        while self.pos < target {
+            let n = (target - self.pos).min(ZEROS.len() as u64) as usize;
+            self.put(&ZEROS[..n])?;
+        }
+        Ok(())
     }
 
     pub fn write_header(&mut self) -> Result<(), GgufError> {

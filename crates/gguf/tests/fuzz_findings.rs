@@ -20,6 +20,15 @@ const FINDINGS: &[Finding] = &[
                 if dims.len() == 4 && dims[0] == 0)
         },
     },
+    // general.alignment 2^30 in a 123-byte file without tensors: the data section began 1 GiB
+    // past the end of the file (and rewriting the file allocated 1 GiB of padding at once).
+    // It is read, with the data section empty at the end of the file.
+    Finding {
+        file: "huge_alignment_no_tensors.gguf",
+        expect: |r| {
+            r.as_ref().is_ok_and(|f| f.alignment == 1 << 30 && f.data_offset == f.file_len())
+        },
+    },
 ];
 
 #[test]
