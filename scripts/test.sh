@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The test command: build the workspace once in release, fetch the three test models into
-# $SNUG_HOME (default ~/.cache/snug; a second run finds them cached and skips the download), then
-# run every test against the same release build (`cargo test --release` reuses the artifacts).
+# The test command: check the format and the lints, build the workspace once with the `ci`
+# profile (release code generation plus debug assertions and overflow checks, see Cargo.toml),
+# fetch the three test models into $SNUG_HOME (default ~/.cache/snug; a second run finds them
+# cached and skips the download), then run every test against that build (`cargo test --profile
+# ci` reuses the artifacts).
+#
+# Tests that need root, the cgroup-v1 memory controller or a large RLIMIT_MEMLOCK skip with a
+# message under a plain `cargo test`; here SNUG_REQUIRE_PRIVILEGED=1 makes a missing privilege a
+# failure, so they cannot be skipped (run this as root on a host with cgroup v1).
 #
 # Works on a clean clone with the project's shared/ directory beside the repository (../shared):
 # some tests compare against llama.cpp reference data kept there.
@@ -10,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 export SNUG_HOME="${SNUG_HOME:-$HOME/.cache/snug}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export SNUG_REQUIRE_PRIVILEGED=1
 started=$(date +%s)
 step() { printf '\n== %s (+%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 
@@ -30,15 +37,21 @@ if [ ! -d ../shared ]; then
     echo "warning: ../shared not found; tests that need reference data will say so" >&2
 fi
 
-step "build (release, whole workspace)"
-cargo build --release --workspace
+step "format"
+cargo fmt --all --check
+
+step "build (ci profile, whole workspace)"
+cargo build --profile ci --workspace
+
+step "lints"
+cargo clippy --workspace --all-targets --profile ci -- -D warnings
 
 step "models (cached in $SNUG_HOME)"
 for alias in gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
-    "${CARGO_TARGET_DIR:-target}/release/snug" pull "$alias"
+    "${CARGO_TARGET_DIR:-target}/ci/snug" pull "$alias"
 done
 
-step "tests (release)"
-cargo test --release --workspace --no-fail-fast
+step "tests (ci profile)"
+cargo test --profile ci --workspace --no-fail-fast
 
 step "done"

@@ -75,7 +75,11 @@ fn chat_and_bench_stream_weights_under_ram_and_report_like_run() {
 
 #[test]
 fn chat_and_bench_honour_populate_and_mlock() {
+    let size = std::fs::metadata(common::model(ALIAS)).expect("the model file").len();
     for load in ["populate", "mlock"] {
+        if load == "mlock" && !common::may_run("mem_flags --load mlock", common::can_mlock(size)) {
+            continue;
+        }
         for v in ["run", "chat", "bench"] {
             // --ram bounds the buffer bench measures bandwidth with (at most half of what the
             // plan leaves free), which keeps this test quick.

@@ -1,6 +1,11 @@
 //! Shared by the CLI's integration tests.
+//!
+//! Some tests need privileges a developer's laptop may not grant (root, the cgroup-v1 memory
+//! controller, a large `RLIMIT_MEMLOCK`). Without them such a test says what is missing and
+//! skips; with [`REQUIRE_PRIVILEGED`] set (scripts/test.sh sets it: CI runs as root with cgroup
+//! v1) a missing privilege is a failure, so CI can never skip them silently.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The cached file of a known model, pulled if missing; a model that cannot be had is a failure
 /// naming the command that fetches it, never a skip.
@@ -24,4 +29,62 @@ pub fn snug_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("snug --json prints JSON")
+}
+
+/// Set (to anything) to make a missing privilege fail the tests that need it instead of skipping
+/// them.
+pub const REQUIRE_PRIVILEGED: &str = "SNUG_REQUIRE_PRIVILEGED";
+
+/// Where the cgroup-v1 memory controller is expected.
+#[allow(dead_code)]
+pub const CGROUP_V1: &str = "/sys/fs/cgroup/memory";
+
+/// Whether `test`, which needs what `have` checked, runs: `have` is `Err(what is missing)`. A
+/// missing privilege prints a skip line (or fails under [`REQUIRE_PRIVILEGED`]).
+#[allow(dead_code)]
+pub fn may_run(test: &str, have: Result<(), String>) -> bool {
+    let Err(missing) = have else {
+        return true;
+    };
+    assert!(
+        std::env::var_os(REQUIRE_PRIVILEGED).is_none(),
+        "{test}: {missing} ({REQUIRE_PRIVILEGED} is set, so this test must run)"
+    );
+    eprintln!("SKIPPED {test}: {missing} (set {REQUIRE_PRIVILEGED}=1 to make this a failure)");
+    false
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this process can create memory cgroups under [`CGROUP_V1`] and move processes into
+/// them: root, and the controller mounted there.
+#[allow(dead_code)]
+pub fn cgroup_v1_memory() -> Result<(), String> {
+    if !is_root() {
+        return Err("needs root to create a memory cgroup".into());
+    }
+    if !Path::new(CGROUP_V1).join("memory.limit_in_bytes").exists() {
+        return Err(format!(
+            "needs the cgroup-v1 memory controller at {CGROUP_V1} (e.g. `mount -t cgroup -o memory memory {CGROUP_V1}`)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether this process may `mlock` `bytes`: root, or an `RLIMIT_MEMLOCK` at least that large.
+#[allow(dead_code)]
+pub fn can_mlock(bytes: u64) -> Result<(), String> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the rlimit we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    if is_root() || (rc == 0 && (r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur >= bytes)) {
+        return Ok(());
+    }
+    Err(format!(
+        "needs root or `ulimit -l` of at least {} KiB to lock {bytes} bytes",
+        bytes.div_ceil(1024)
+    ))
 }
