@@ -126,11 +126,11 @@ impl GgufFile {
     }
 
     /// An untied token embedding is read one row per token: with huge-page folios each row
-    /// touched maps (and reads) up to 2 MiB around it — 0.5B coder, 512-token prompt: ~40 MiB of
-    /// its 89 MiB embedding resident instead of ~6, which the memory plan does not expect. Its
-    /// pages stay small; every other tensor is read whole each token and keeps the hint. And no
-    /// read-around: a row's fault would read a whole readahead window (8 MiB here) into the page
-    /// cache, unmapped but charged to a cgroup limit (7B in 2 GiB: ~30 MiB for 80 tokens).
+    /// touched maps (and reads) up to 2 MiB around it, several times the rows' own bytes, which
+    /// the memory plan does not expect. Its pages stay small; every other tensor is read whole
+    /// each token and keeps the hint. And no read-around: a row's fault would read a whole
+    /// readahead window into the page cache, unmapped but charged to a cgroup limit. (Figures:
+    /// BENCHMARKS.md, "Figures moved from code comments".)
     #[cfg(target_os = "linux")]
     fn small_pages_for_sparse_embedding(&self) {
         let (Backing::Mmap(m), Some(t), true) = (
