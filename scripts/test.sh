@@ -33,6 +33,8 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
     fi
 fi
 python3 -m pip --version
+# The official OpenAI and Ollama clients, which the serve test drives (crates/cli/tests/serve_clients.py).
+python3 -m pip install -q openai ollama
 if [ ! -d ../shared ]; then
     echo "warning: ../shared not found; tests that need reference data will say so" >&2
 fi
