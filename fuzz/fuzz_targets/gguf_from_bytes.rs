@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(f) = GgufFile::from_bytes(data.to_vec()) else { return };
-    let _ = (f.version, f.alignment, f.architecture(), f.mmap().is_none(), format!("{f:?}"));
+    let _ = (f.version, f.alignment, f.architecture(), f.mapping().is_none(), format!("{f:?}"));
     assert_eq!(f.file_len(), f.bytes().len() as u64);
     assert!(f.data_offset <= f.file_len());
     for t in &f.tensors {

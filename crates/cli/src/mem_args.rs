@@ -201,7 +201,7 @@ impl Planned {
     ) -> anyhow::Result<Residence> {
         let mapping = model
             .file
-            .mmap()
+            .mapping()
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("the model is not mapped from a file"))?;
         let map: &[u8] = &mapping;

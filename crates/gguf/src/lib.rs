@@ -4,10 +4,12 @@
 //! ggml type ids and block sizes live in the `quant` crate ([`quant::GgmlType`]); this crate
 //! only knows how they are laid out in a file.
 
+mod mapping;
 mod reader;
 mod value;
 mod writer;
 
+pub use mapping::Mapping;
 pub use quant::GgmlType;
 pub use reader::{tensor_size, GgufFile, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use value::{Array, StrArray, StrSpan, Value, ValueType};

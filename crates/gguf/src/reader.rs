@@ -7,12 +7,12 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use quant::GgmlType;
 
 use crate::value::{Array, StrArray, Value, ValueType};
 use crate::GgufError;
+use crate::Mapping;
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -60,9 +60,9 @@ fn checked_product(it: impl Iterator<Item = u64>) -> Option<u64> {
 
 /// Where the bytes come from: a read-only mapping, or an owned buffer (tests, fuzzing). The
 /// mapping is shared so that whoever works on it from other threads (the weight streamer) can
-/// hold it alive on its own: [`GgufFile::mmap`] hands out the owner.
+/// hold it alive on its own: [`GgufFile::mapping`] hands out the owner.
 enum Backing {
-    Mmap(Arc<memmap2::Mmap>),
+    Mmap(Mapping),
     Owned(Vec<u8>),
 }
 
@@ -108,18 +108,15 @@ impl GgufFile {
         let path = path.as_ref();
         let file = std::fs::File::open(path)
             .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
-        // SAFETY: the mapping is read-only and private to this process. If another process
-        // truncates the file while it is mapped, reads of the lost pages raise SIGBUS; that is
-        // the accepted contract of every mmap-based model loader (llama.cpp included).
-        let mmap = unsafe { memmap2::Mmap::map(&file) }
+        let map = Mapping::open(&file)
             .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
         // Ask for 2 MiB page-cache folios: where the filesystem supports large folios (ext4,
         // xfs on recent kernels) the weights are then mapped by huge pages — 512× fewer TLB
         // entries and page faults while decode streams the whole file each token. Only a hint;
         // a kernel that cannot do it ignores it.
         #[cfg(target_os = "linux")]
-        let _ = mmap.advise(memmap2::Advice::HugePage);
-        let f = Self::parse(Backing::Mmap(Arc::new(mmap)))?;
+        let _ = map.mmap().advise(memmap2::Advice::HugePage);
+        let f = Self::parse(Backing::Mmap(map))?;
         #[cfg(target_os = "linux")]
         f.small_pages_for_sparse_embedding();
         Ok(f)
@@ -133,7 +130,7 @@ impl GgufFile {
     /// BENCHMARKS.md, "Figures moved from code comments".)
     #[cfg(target_os = "linux")]
     fn small_pages_for_sparse_embedding(&self) {
-        let (Backing::Mmap(m), Some(t), true) = (
+        let (Backing::Mmap(map), Some(t), true) = (
             &self.backing,
             self.tensor("token_embd.weight"),
             self.tensor("output.weight").is_some(),
@@ -144,6 +141,7 @@ impl GgufFile {
         let start = (self.data_offset + t.offset).div_ceil(PAGE) * PAGE;
         let end = (self.data_offset + t.offset + t.size) / PAGE * PAGE;
         if end > start {
+            let m = map.mmap();
             let _ =
                 m.advise_range(memmap2::Advice::NoHugePage, start as usize, (end - start) as usize);
             let _ = m.advise_range(memmap2::Advice::Random, start as usize, (end - start) as usize);
@@ -290,9 +288,9 @@ impl GgufFile {
         self.bytes().len() as u64
     }
 
-    /// The mapping, when the file was opened from disk (for madvise / mlock). Clone the `Arc` to
-    /// keep the mapping alive independently of this file (a streamer's reader threads do).
-    pub fn mmap(&self) -> Option<&Arc<memmap2::Mmap>> {
+    /// The mapping, when the file was opened from disk. Clone it to keep the mapping alive
+    /// independently of this file (a streamer's reader threads do).
+    pub fn mapping(&self) -> Option<&Mapping> {
         match &self.backing {
             Backing::Mmap(m) => Some(m),
             Backing::Owned(_) => None,

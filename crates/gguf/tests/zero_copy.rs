@@ -75,7 +75,7 @@ fn opening_a_1gb_model_does_not_copy_weights_to_the_heap() {
     );
 
     // Tensor views are slices of the mapping.
-    let map = f.mmap().expect("opened from disk, so mapped");
+    let map = f.mapping().expect("opened from disk, so mapped");
     let range = map.as_ptr_range();
     for t in &f.tensors {
         let d = f.tensor_data(t);

@@ -13,7 +13,7 @@
 //! layer-by-layer streamer, which leaves room to pin more layers (BENCHMARKS.md, 7B in cgroup
 //! limits, session 5).
 //!
-//! The streamer owns a handle on the file mapping (`Arc<memmap2::Mmap>`) and gives one to each
+//! The streamer owns a handle on the file mapping ([`gguf::Mapping`]) and gives one to each
 //! reader thread, so no safe caller can leave the readers or the drops pointing at an unmapped
 //! range, and the type admits only a read-only file mapping, where dropping pages loses nothing.
 //! Cost: a few atomic operations per stage on the computing thread while every layer is pinned;
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use memmap2::Mmap;
+use gguf::Mapping;
 
 use super::pages::inner;
 use super::{lock_range, unlock_range, READERS};
@@ -73,7 +73,7 @@ pub trait LayerObserver: Send + Sync {
 /// good.
 pub struct Streamer {
     /// The file mapping the forward pass reads; each reader thread holds a clone.
-    map: Arc<Mmap>,
+    map: Mapping,
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Whether the reader threads were started (they are, at the first streamed stage).
@@ -96,7 +96,7 @@ impl Streamer {
     /// file (opened again for `posix_fadvise`). `window`: most streamed bytes read ahead from the
     /// stage computing on (at least the biggest stage).
     pub fn new(
-        map: Arc<Mmap>,
+        map: Mapping,
         path: &Path,
         layers: Vec<LayerStages>,
         pinned: usize,
@@ -238,8 +238,8 @@ impl Streamer {
             return;
         };
         // SAFETY: within the mapping we hold, whole pages of streamed weights only. It is a
-        // read-only file mapping (`Mmap`): DONTNEED unmaps pages, and the next read faults them
-        // in again from the file, so no data is lost.
+        // read-only file mapping (`Mapping`): DONTNEED unmaps pages, and the next read faults
+        // them in again from the file, so no data is lost.
         unsafe { libc::madvise(p, n, libc::MADV_DONTNEED) };
         if r == Release::UnmapAndUncache {
             let off = p as usize - self.map.as_ptr() as usize;
@@ -335,8 +335,7 @@ mod tests {
         let len = ls.last().unwrap()[3][0].1 + (16 << 10);
         let bytes: Vec<u8> = (0..len).map(|i| (i / 4096) as u8).collect();
         std::fs::write(&path, &bytes).unwrap();
-        // SAFETY: a read-only mapping of a file we just wrote and nobody else changes.
-        let map = Arc::new(unsafe { Mmap::map(&File::open(&path).unwrap()) }.unwrap());
+        let map = Mapping::open(&File::open(&path).unwrap()).unwrap();
         let s = Streamer::new(map.clone(), &path, ls.clone(), 2, false, 16 * M as u64).unwrap();
         assert_eq!(s.drops.load(Ordering::Relaxed), 2, "streamed layers unmapped at start");
         for _pass in 0..2 {

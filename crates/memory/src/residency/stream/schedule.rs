@@ -1,11 +1,13 @@
 //! The schedule the compute and the reader threads share: the streamed stages in compute order,
-//! which chunk a reader reads next, and which bytes a finished stage releases.
+//! which chunk a reader reads next (and the reader loop that reads it), and which bytes a
+//! finished stage releases.
 //!
 //! Stages are numbered by tickets in compute order across passes, so "ahead of the compute"
 //! is a ticket comparison. Readers claim [`CHUNK`]s in ticket order while what they have asked
 //! for, counted from the stage computing, stays within the window; a finished stage's ranges are
 //! widened to whole page-cache folios where nothing still to be used this pass shares them. Cost:
-//! one mutex per claimed chunk on a reader thread; the compute thread only stores its ticket.
+//! one mutex per claimed chunk on a reader thread; per stage, the compute thread stores its
+//! ticket and (while layers stream) takes the mutex once to wake the readers.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -32,7 +34,7 @@ pub(super) struct Shared {
     per: usize,
     /// `[n_layer][per]` bytes of each stage.
     bytes: Vec<Vec<u64>>,
-    /// Layers `0..pinned` stay resident ([`Streamer::pinned`] reads it here).
+    /// Layers `0..pinned` stay resident (`Streamer::pinned` reads it here).
     pub(super) pinned: AtomicUsize,
     /// Ticket of the stage computing (or next to compute once one is done): stages are numbered
     /// in compute order across passes, `pass × n_layer × per + il × per + st`.
