@@ -5,13 +5,13 @@
 //! these features. Not yet a 512-bit-wide kernel set.
 
 use super::avx2::{simd_kernels, simd_quantizer, simd_table};
-use super::{DotKernels, QuantizeFn, TILE};
+use super::{DotKernels, Partner, QuantizeFn, TILE};
 use crate::GgmlType;
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
     simd_table!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true, ty)
 }
 
-pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {
-    simd_quantizer!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", vdt)
+pub(crate) fn quantizer(p: Partner) -> QuantizeFn {
+    simd_quantizer!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", p)
 }

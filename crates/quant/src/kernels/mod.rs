@@ -89,8 +89,20 @@ impl Isa {
             }
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
-            #[allow(unreachable_patterns)]
-            _ => false,
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512 => false,
+            #[cfg(not(target_arch = "aarch64"))]
+            Isa::Neon => false,
+        }
+    }
+
+    /// Whether the path runs AVX2 + FMA + F16C code: the AVX2 path, and AVX-512, which extends
+    /// it. The model's own SIMD kernels (attention tiles, KV formats, SwiGLU) choose by this, so
+    /// [`isa`] and `SNUG_KERNELS` decide for them too.
+    pub const fn avx2_family(self) -> bool {
+        match self {
+            Isa::Avx2 | Isa::Avx512 => true,
+            Isa::Scalar | Isa::Neon => false,
         }
     }
 
@@ -116,7 +128,8 @@ impl std::fmt::Display for Isa {
 
 /// The kernel path for this process: chosen once, from the CPU's features, or forced with
 /// `SNUG_KERNELS=scalar|avx2|avx512|neon` (a forced path this CPU cannot run is ignored and the
-/// best available one is used instead).
+/// best available one is used instead). Inline: the model's kernel tables ask on every call.
+#[inline]
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
@@ -130,14 +143,66 @@ pub fn isa() -> Isa {
     })
 }
 
-/// The format an activation row is quantized to before it is dotted with weights of type `w`.
+/// The types no path has a dot kernel or a quantizer for: quant formats snug does not run yet,
+/// and integer and f64 tensors. A pattern, so the tables below stay exhaustive: a new
+/// [`GgmlType`] is a compile error in each of them until someone decides what it needs.
+macro_rules! no_kernel_types {
+    () => {
+        $crate::GgmlType::IQ2XXS
+            | $crate::GgmlType::IQ2XS
+            | $crate::GgmlType::IQ3XXS
+            | $crate::GgmlType::IQ1S
+            | $crate::GgmlType::IQ3S
+            | $crate::GgmlType::IQ2S
+            | $crate::GgmlType::IQ1M
+            | $crate::GgmlType::TQ1_0
+            | $crate::GgmlType::TQ2_0
+            | $crate::GgmlType::MXFP4
+            | $crate::GgmlType::I8
+            | $crate::GgmlType::I16
+            | $crate::GgmlType::I32
+            | $crate::GgmlType::I64
+            | $crate::GgmlType::F64
+    };
+}
+pub(crate) use no_kernel_types;
+
+/// The format an activation row is quantized to before it is dotted with weights of type `w`
+/// (F32 for the float weights, and for types without a kernel, which [`matmul`] refuses).
 pub fn vec_dot_type(w: GgmlType) -> GgmlType {
     use GgmlType::*;
     match w {
         Q2K | Q3K | Q4K | Q5K | Q6K | IQ4XS => Q8K,
         Q4_0 | Q5_0 | Q8_0 | IQ4NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        _ => F32,
+        F32 | F16 | BF16 => F32,
+        // Activation-only formats: no weight is stored in them.
+        Q8_1 | Q8K | no_kernel_types!() => F32,
+    }
+}
+
+/// A quantized activation format: the [`vec_dot_type`]s other than F32, which is dotted as is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Partner {
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl Partner {
+    const ALL: [Partner; 3] = [Partner::Q8_0, Partner::Q8_1, Partner::Q8K];
+
+    pub(crate) const fn ty(self) -> GgmlType {
+        match self {
+            Partner::Q8_0 => GgmlType::Q8_0,
+            Partner::Q8_1 => GgmlType::Q8_1,
+            Partner::Q8K => GgmlType::Q8K,
+        }
+    }
+
+    /// The partner format `vdt` names; `None` for F32 and for types that are never a partner.
+    pub(crate) fn of(vdt: GgmlType) -> Option<Partner> {
+        Partner::ALL.into_iter().find(|p| p.ty() == vdt)
     }
 }
 
@@ -247,26 +312,31 @@ pub(crate) fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
         Isa::Avx512 => avx512::dot_kernels(ty).or_else(|| avx2::dot_kernels(ty)),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::dot_kernels(ty),
-        #[allow(unreachable_patterns)]
-        _ => None,
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 | Isa::Avx512 => None,
+        #[cfg(not(target_arch = "aarch64"))]
+        Isa::Neon => None,
     };
     own.or_else(|| scalar::dot_kernels(ty))
 }
 
 /// Activation quantizer into `vdt` on `isa` (`None` for F32, which needs no quantization).
 pub(crate) fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
+    let p = Partner::of(vdt)?;
     let own = match isa {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => avx2::quantizer(vdt),
+        Isa::Avx2 => Some(avx2::quantizer(p)),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::quantizer(vdt),
+        Isa::Avx512 => Some(avx512::quantizer(p)),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon => neon::quantizer(vdt),
-        #[allow(unreachable_patterns)]
-        _ => None,
+        Isa::Neon => neon::quantizer(p),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 | Isa::Avx512 => None,
+        #[cfg(not(target_arch = "aarch64"))]
+        Isa::Neon => None,
     };
-    own.or_else(|| scalar::quantizer(vdt))
+    Some(own.unwrap_or_else(|| scalar::quantizer(p)))
 }
 
 pub(crate) fn check_isa(isa: Isa) -> Result<(), KernelError> {

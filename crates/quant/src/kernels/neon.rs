@@ -7,7 +7,7 @@
 
 use std::arch::aarch64::*;
 
-use super::{DotKernels, QuantizeFn, TILE};
+use super::{no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
 use crate::GgmlType;
 
 #[inline(always)]
@@ -81,10 +81,24 @@ pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
     match ty {
         GgmlType::Q8_0 => Some(neon_kernels!(GgmlType::Q8_0)),
         GgmlType::Q4_0 => Some(neon_kernels!(GgmlType::Q4_0)),
-        _ => None,
+        // Scalar until a NEON kernel is written.
+        GgmlType::F32
+        | GgmlType::F16
+        | GgmlType::BF16
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::IQ4NL
+        | GgmlType::Q2K
+        | GgmlType::Q3K
+        | GgmlType::Q4K
+        | GgmlType::Q5K
+        | GgmlType::Q6K
+        | GgmlType::IQ4XS => None,
+        GgmlType::Q8_1 | GgmlType::Q8K | no_kernel_types!() => None,
     }
 }
 
-pub(crate) fn quantizer(_vdt: GgmlType) -> Option<QuantizeFn> {
+pub(crate) fn quantizer(_p: Partner) -> Option<QuantizeFn> {
     None
 }

@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 
-use super::{DotKernels, QuantizeFn, TILE};
+use super::{no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
 use crate::blocks::IQ4_NL_VALUES;
 use crate::GgmlType;
 
@@ -78,13 +78,12 @@ pub(crate) fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
     }
 }
 
-pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {
-    Some(match vdt {
-        GgmlType::Q8_0 => quantize_q8_0,
-        GgmlType::Q8_1 => quantize_q8_1,
-        GgmlType::Q8K => quantize_q8_k,
-        _ => return None,
-    })
+pub(crate) fn quantizer(p: Partner) -> QuantizeFn {
+    match p {
+        Partner::Q8_0 => quantize_q8_0,
+        Partner::Q8_1 => quantize_q8_1,
+        Partner::Q8K => quantize_q8_k,
+    }
 }
 
 fn x_f32(x: &[u8], k: usize) -> f32 {
@@ -395,6 +394,6 @@ pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
         Q5K => scalar_kernels!(dot_q5_k),
         Q6K => scalar_kernels!(dot_q6_k),
         IQ4XS => scalar_kernels!(dot_iq4_xs),
-        _ => return None,
+        Q8_1 | Q8K | no_kernel_types!() => return None,
     })
 }

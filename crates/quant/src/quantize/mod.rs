@@ -1,8 +1,8 @@
 //! Scalar reference quantize: f32 row → GGUF blocks, following ggml's `quantize_row_*_ref`
 //! (no importance matrix) step for step, so files snug writes quantize like llama-quantize's
-//! defaults. Cost per core: Q4_0..Q8_1 and Q8_K one pass per block (~100-400 M values/s);
-//! K-quants search ~20 trial scales per sub-block, run across sub-blocks at once (Q2_K..Q6_K
-//! ~20-30 M values/s, Q3_K faster); IQ4_NL/IQ4_XS ~5 M values/s (bound by codebook lookups).
+//! defaults. Cost: Q4_0..Q8_1 and Q8_K one pass per block; K-quants search ~20 trial scales per
+//! sub-block, run across sub-blocks at once; IQ4_NL/IQ4_XS are bound by codebook lookups
+//! (throughputs in BENCHMARKS.md).
 
 // Index loops mirror ggml's C so the two can be read side by side.
 #![allow(clippy::needless_range_loop)]

@@ -22,7 +22,7 @@ mod kquants;
 
 pub(super) use kquants::*;
 
-use super::{DotKernels, QuantizeFn, TILE};
+use super::{DotKernels, Partner, QuantizeFn, TILE};
 use crate::blocks::IQ4_NL_VALUES;
 use crate::GgmlType;
 
@@ -30,8 +30,8 @@ use crate::GgmlType;
 
 /// The four f16 at `p..p + 8` as f32 lanes. Inline asm on purpose: converting one f16 through
 /// intrinsics compiles to a 16-bit `vpinsrw` into lane 0 that merges into whatever register LLVM
-/// picks (often the loop's accumulator), chaining every block to the previous one (measured 3×
-/// slower); `vcvtph2ps` from memory writes a fresh register.
+/// picks (often the loop's accumulator), chaining every block to the previous one;
+/// `vcvtph2ps` from memory writes a fresh register.
 ///
 /// # Safety
 /// 8 bytes at `p` are readable and the CPU has F16C.
@@ -271,8 +271,9 @@ pub(super) unsafe fn quantize_q8_k(x: &[f32], dst: &mut [u8]) {
 
 /// Build the quantizer table entry for `vdt` with the kernels compiled for `$feat`.
 macro_rules! simd_quantizer {
-    ($feat:literal, $vdt:expr) => {{
+    ($feat:literal, $p:expr) => {{
         use $crate::kernels::avx2::{quantize_q8_0, quantize_q8_1, quantize_q8_k};
+        use $crate::kernels::Partner;
         #[target_feature(enable = $feat)]
         unsafe fn q8_0(x: &[f32], dst: &mut [u8]) {
             // SAFETY: forwarded QuantizeFn contract; the features are checked by the dispatcher.
@@ -288,19 +289,18 @@ macro_rules! simd_quantizer {
             // SAFETY: as above.
             unsafe { quantize_q8_k(x, dst) }
         }
-        let f: Option<$crate::kernels::QuantizeFn> = match $vdt {
-            GgmlType::Q8_0 => Some(q8_0),
-            GgmlType::Q8_1 => Some(q8_1),
-            GgmlType::Q8K => Some(q8_k),
-            _ => None,
+        let f: $crate::kernels::QuantizeFn = match $p {
+            Partner::Q8_0 => q8_0,
+            Partner::Q8_1 => q8_1,
+            Partner::Q8K => q8_k,
         };
         f
     }};
 }
 pub(super) use simd_quantizer;
 
-pub(crate) fn quantizer(vdt: GgmlType) -> Option<QuantizeFn> {
-    simd_quantizer!("avx2,fma,f16c", vdt)
+pub(crate) fn quantizer(p: Partner) -> QuantizeFn {
+    simd_quantizer!("avx2,fma,f16c", p)
 }
 
 // --- float weights · f32 activations ------------------------------------------------------------
@@ -560,7 +560,7 @@ macro_rules! simd_table {
             Q5K => Some(simd_kernels!($feat, dot_k4::<Q5KW>)),
             Q6K => Some(simd_kernels!($feat, dot_k16::<Q6KW>)),
             IQ4XS => Some(simd_kernels!($feat, dot_iq4_xs)),
-            _ => None,
+            Q8_1 | Q8K | $crate::kernels::no_kernel_types!() => None,
         };
         k
     }};
