@@ -222,7 +222,7 @@ const DAYS: [&str; 7] =
     ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Formats Unix time `secs` (UTC) with the common `strftime` directives.
-pub(crate) fn strftime(fmt: &str, secs: i64) -> String {
+pub fn strftime(fmt: &str, secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (h, mi, s) = (sod / 3600, sod % 3600 / 60, sod % 60);
