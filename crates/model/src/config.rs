@@ -6,24 +6,6 @@ use gguf::GgufFile;
 use crate::arch::{Arch, ArchSpec};
 use crate::ModelError;
 
-/// How rotary embeddings pair up the dimensions of a head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs (2i, 2i+1) — llama.cpp's `LLAMA_ROPE_TYPE_NORM` (Llama, Mistral).
-    Norm,
-    /// Halves (i, i + n_rot/2) — `LLAMA_ROPE_TYPE_NEOX` (Qwen2, Gemma, Phi-3).
-    Neox,
-}
-
-/// Feed-forward gate activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU: silu(gate) * up.
-    Silu,
-    /// GeGLU with the tanh approximation of GELU: gelu(gate) * up.
-    GeluTanh,
-}
-
 /// Per-layer attention shape: gemma2/3 alternate sliding-window and global layers.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayerAttn {
@@ -128,7 +110,7 @@ impl ModelConfig {
             None | Some("none") => 1.0,
             Some("linear") => {
                 let factor = opt_f("rope.scaling.factor").unwrap_or(1.0);
-                if !(factor > 0.0) {
+                if factor.is_nan() || factor <= 0.0 {
                     return Err(ModelError::BadValue { key: key("rope.scaling.factor"), value: factor.to_string() });
                 }
                 1.0 / factor

@@ -11,84 +11,13 @@ use quant::kernels::{matmul, MatRef};
 use quant::threads::ThreadPool;
 
 use crate::attention::{attention, scratch_floats};
+use crate::batch::Batch;
 use crate::config::ModelConfig;
-use crate::kv::{KvCache, KvType, SeqId};
+use crate::kv::KvCache;
 use crate::ops::{self, RopeTable};
+use crate::params::ContextParams;
 use crate::weights::{LayerWeights, Mat};
 use crate::{Model, ModelError};
-
-/// Tokens to run, each with its position, sequence and whether its logits are wanted.
-#[derive(Clone, Debug, Default)]
-pub struct Batch {
-    pub tokens: Vec<u32>,
-    pub pos: Vec<usize>,
-    pub seq: Vec<SeqId>,
-    pub logits: Vec<bool>,
-}
-
-impl Batch {
-    pub fn clear(&mut self) {
-        self.tokens.clear();
-        self.pos.clear();
-        self.seq.clear();
-        self.logits.clear();
-    }
-
-    pub fn push(&mut self, token: u32, pos: usize, seq: SeqId, logits: bool) {
-        self.tokens.push(token);
-        self.pos.push(pos);
-        self.seq.push(seq);
-        self.logits.push(logits);
-    }
-
-    pub fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
-    pub fn n_outputs(&self) -> usize {
-        self.logits.iter().filter(|&&l| l).count()
-    }
-}
-
-/// Sizes fixed when a [`Context`] is created.
-#[derive(Clone, Copy, Debug)]
-pub struct ContextParams {
-    /// Positions per sequence.
-    pub n_ctx: usize,
-    /// Tokens computed together (prefill chunk).
-    pub n_ubatch: usize,
-    /// Logit rows one `decode` call can return.
-    pub n_outputs_max: usize,
-    pub n_seq_max: usize,
-    pub n_threads: usize,
-    /// Precision of cached keys and of cached values.
-    pub kv_k: KvType,
-    pub kv_v: KvType,
-    /// Keep only the last `kv_window` positions (plus `kv_sinks` first ones) in layers without
-    /// a window of their own; positions may then run past `n_ctx` (context shift).
-    pub kv_window: Option<usize>,
-    pub kv_sinks: usize,
-}
-
-impl Default for ContextParams {
-    fn default() -> Self {
-        ContextParams {
-            n_ctx: 4096,
-            n_ubatch: 512,
-            n_outputs_max: 1,
-            n_seq_max: 1,
-            n_threads: 1,
-            kv_k: KvType::F16,
-            kv_v: KvType::F16,
-            kv_window: None,
-            kv_sinks: 4,
-        }
-    }
-}
 
 /// Activation buffers, sized for `n_ubatch` tokens. Shapes in comments are `[tokens][width]`.
 struct Scratch {

@@ -3,21 +3,26 @@
 
 pub mod arch;
 pub mod attention;
+pub mod batch;
 pub mod config;
 pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod ops;
 mod par;
+pub mod params;
+mod vmath;
 pub mod weights;
 
 use std::path::Path;
 
 pub use arch::Arch;
+pub use batch::Batch;
 pub use config::ModelConfig;
-pub use forward::{Batch, Context, ContextParams};
+pub use forward::Context;
 use gguf::GgufFile;
-pub use kv::{kv_bytes_per_token, KvType, SeqId};
+pub use kv::{kv_bytes_per_token, SeqId};
+pub use params::{ContextParams, KvType};
 pub use weights::Weights;
 
 /// A loaded model: the mapped file, its typed configuration and weight views into the mapping.

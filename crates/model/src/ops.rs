@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use crate::config::{Activation, RopeStyle};
+use crate::arch::{Activation, RopeStyle};
 
 /// `x = x / sqrt(mean(x²) + eps) * w`, in place.
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
@@ -89,32 +89,33 @@ pub fn silu_mul_generic(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// The fastest `silu_mul` this CPU runs (chosen once). SwiGLU runs on one thread between two
-/// matmuls over `n_ff` values a token; with libm's `exp` it took ~1% of decode time (0.5B).
+/// The `silu_mul` of the kernel path this process runs ([`quant::kernels::isa`], which honours
+/// `SNUG_KERNELS`). SwiGLU runs on one thread between two matmuls over `n_ff` values a token,
+/// so a libm `exp` per value is worth replacing with the vector one.
 pub fn silu_kernel() -> fn(&mut [f32], &[f32]) {
-    static CHOSEN: std::sync::OnceLock<fn(&mut [f32], &[f32])> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if crate::attention::avx2_available() {
-            return avx2::silu_mul;
-        }
-        silu_mul_generic
-    })
+    #[cfg(target_arch = "x86_64")]
+    if quant::kernels::isa().avx2_family() {
+        return avx2::silu_mul;
+    }
+    silu_mul_generic
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::attention::exp8;
+    use crate::vmath::exp8;
 
     /// `gate = silu(gate) * up` eight at a time with the polynomial `exp` (about 2 ulp).
     pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         let n = gate.len().min(up.len());
-        // SAFETY: `silu_kernel` hands this out only after AVX2 and FMA were detected.
+        // SAFETY: `silu_kernel` hands this out only when `quant::kernels::isa()` chose an
+        // AVX2-family path, which it does only after AVX2, FMA and F16C were detected.
         unsafe { silu_mul_tf(&mut gate[..n], &up[..n]) }
     }
 
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `gate` and `up` have the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn silu_mul_tf(gate: &mut [f32], up: &[f32]) {
         let n8 = gate.len() / 8 * 8;

@@ -1,7 +1,7 @@
 //! KV precision vs quality on a real model: perplexity (llama-perplexity's method, ctx 512, the
 //! first chunks of `refdata/corpus_dev.txt`) with q8/q8 and q4/q4 caches against f16 on
-//! qwen2.5-coder-0.5b, whose outlier key channels break per-token 4-bit keys (llama.cpp's q4_0
-//! cache: +241%). Budgets from issue 7: +0.5% (q8/q8) and +5% (q4/q4, per-channel q4 keys).
+//! qwen2.5-coder-0.5b, whose outlier key channels break per-token 4-bit keys (as llama.cpp's q4_0
+//! cache shows). Budgets from issue 7: +0.5% (q8/q8) and +5% (q4/q4, per-channel q4 keys).
 //! q8 keys with q4 values read the same value path as q4/q4; BENCHMARKS.md has all three.
 
 use std::path::PathBuf;

@@ -1,8 +1,7 @@
 //! Gemma 2: embeddings × sqrt(n_embd), GeGLU, RMSNorm after attention and FFN as well as
 //! before, attention and final logit soft-capping, sliding window on every other layer.
 
-use super::{ArchSpec, AttnScale, SwaPattern, BASE};
-use crate::config::{Activation, RopeStyle};
+use super::{Activation, ArchSpec, AttnScale, RopeStyle, SwaPattern, BASE};
 
 pub const SPEC: ArchSpec = ArchSpec {
     name: "gemma2",

@@ -1,8 +1,7 @@
 //! Gemma 3: Gemma 2 without soft-capping, plus per-head RMSNorm on q and k; five sliding-window
 //! layers to one global, the local layers with their own RoPE base (10,000 unless the file says).
 
-use super::{ArchSpec, AttnScale, SwaPattern, BASE};
-use crate::config::{Activation, RopeStyle};
+use super::{Activation, ArchSpec, AttnScale, RopeStyle, SwaPattern, BASE};
 
 pub const SPEC: ArchSpec = ArchSpec {
     name: "gemma3",

@@ -3,8 +3,6 @@
 //! read by the single forward pass in `forward.rs`. Adding an architecture = one file + one
 //! variant here; the exhaustive matches below make the compiler list every place to touch.
 
-use crate::config::{Activation, RopeStyle};
-
 mod gemma2;
 mod gemma3;
 mod llama;
@@ -18,6 +16,24 @@ pub enum Arch {
     Gemma2,
     Gemma3,
     Phi3,
+}
+
+/// How rotary embeddings pair up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1) — llama.cpp's `LLAMA_ROPE_TYPE_NORM` (Llama, Mistral).
+    Norm,
+    /// Halves (i, i + n_rot/2) — `LLAMA_ROPE_TYPE_NEOX` (Qwen2, Gemma, Phi-3).
+    Neox,
+}
+
+/// Feed-forward gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU: gelu(gate) * up.
+    GeluTanh,
 }
 
 /// Which layers use the sliding window (when the model has one).

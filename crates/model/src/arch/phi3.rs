@@ -1,8 +1,7 @@
 //! Phi-3: fused `attn_qkv` (rows Q | K | V) and fused `ffn_up` (rows gate | up), NEOX RoPE;
 //! every layer uses the sliding window when the file declares one.
 
-use super::{ArchSpec, SwaPattern, BASE};
-use crate::config::RopeStyle;
+use super::{ArchSpec, RopeStyle, SwaPattern, BASE};
 
 pub const SPEC: ArchSpec = ArchSpec {
     name: "phi3",

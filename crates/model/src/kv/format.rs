@@ -9,18 +9,17 @@
 //! Quantized keys are stored per channel instead (KIVI): a block of [`KEY_BLOCK_TOKENS`] tokens
 //! of one head is `[d] f16 scales, [d] f16 mins, [32 tokens][codes]`, each channel with its own
 //! scale and zero point over the 32 tokens (codes: `d` bytes for q8, `d/2` nibble bytes for q4),
-//! so Qwen's large, steady outlier channels no longer crush every other channel of the token
-//! (per-token q4 keys: +288% perplexity on qwen2.5-coder-0.5b; per-token q8 keys: +0.6%). A
-//! block can only be encoded once its 32 tokens are known; the cache keeps the block being
-//! filled in f16 meanwhile. Kernels are compiled twice (baseline and
-//! AVX2+FMA+F16C) and chosen once at run time; the baseline versions are the reference the tests
-//! compare against.
-
-use std::str::FromStr;
-use std::sync::OnceLock;
+//! so Qwen's large, steady outlier channels do not crush every other channel of the token (they
+//! do with per-token q4 keys; BENCHMARKS.md has the perplexities). A block can only be encoded
+//! once its 32 tokens are known; the cache keeps the block being filled in f16 meanwhile.
+//! Kernels are compiled twice (generic, and AVX2 + FMA + F16C) and [`kernels`] picks the set of
+//! the process's one kernel path ([`quant::kernels::isa`]); the generic set is the reference
+//! the tests compare against.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+
+use crate::params::KvType;
 
 /// Values per quantization group.
 pub const QK: usize = 32;
@@ -49,30 +48,8 @@ pub fn key_block_bytes(ty: KvType, d: usize) -> usize {
     (4 * d + KEY_BLOCK_TOKENS * key_codes_bytes(ty, d)).next_multiple_of(KEY_BLOCK_TOKENS)
 }
 
-/// Storage precision of keys or values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum KvType {
-    #[default]
-    F16,
-    Q8,
-    Q4,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("unknown KV precision {0:?}: valid values are f16, q8 and q4")]
-pub struct ParseKvTypeError(pub String);
-
+/// The sizes of each precision's layout (the enum itself is [`crate::params::KvType`]).
 impl KvType {
-    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8, KvType::Q4];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvType::F16 => "f16",
-            KvType::Q8 => "q8",
-            KvType::Q4 => "q4",
-        }
-    }
-
     /// Bytes one token's value head of `n` values takes, block scales included.
     pub fn v_head_bytes(self, n: usize) -> usize {
         match self {
@@ -94,28 +71,6 @@ impl KvType {
     /// Keys are stored per channel in blocks of 32 tokens (q8, q4), not token by token (f16).
     pub fn k_per_channel(self) -> bool {
         self.is_quantized()
-    }
-
-    pub fn is_quantized(self) -> bool {
-        self != KvType::F16
-    }
-}
-
-impl std::fmt::Display for KvType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for KvType {
-    type Err = ParseKvTypeError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "f16" => Ok(KvType::F16),
-            "q8" | "q8_0" => Ok(KvType::Q8),
-            "q4" | "q4_0" => Ok(KvType::Q4),
-            _ => Err(ParseKvTypeError(s.to_string())),
-        }
     }
 }
 
@@ -238,10 +193,6 @@ pub type DequantKeyRow = fn(&[u8], &[f32], &[f32], &mut [f32]);
 /// The kernels attention uses, chosen once for this CPU.
 pub struct Kernels {
     pub name: &'static str,
-    /// Σ a[i]·b[i]
-    pub dot: fn(&[f32], &[f32]) -> f32,
-    /// y += a·x
-    pub axpy: fn(&mut [f32], f32, &[f32]),
     /// One head of q8 groups → f32 (`dst.len()` values).
     pub dequant_q8: fn(&[u8], &mut [f32]),
     /// One head of q4 groups → f32.
@@ -269,8 +220,6 @@ impl Kernels {
 
 pub static GENERIC: Kernels = Kernels {
     name: "generic",
-    dot: dot_generic,
-    axpy: axpy_generic,
     dequant_q8: dequant_q8_generic,
     dequant_q4: dequant_q4_generic,
     dequant_key_q8: dequant_key_q8_generic,
@@ -278,55 +227,27 @@ pub static GENERIC: Kernels = Kernels {
     f16_to_f32: f16_to_f32_generic,
 };
 
-/// The fastest kernel set this CPU runs.
+/// The kernel set of the kernel path this process runs ([`quant::kernels::isa`], which honours
+/// `SNUG_KERNELS`): AVX2 for the AVX2 family, the generic one otherwise.
 pub fn kernels() -> &'static Kernels {
-    static CHOSEN: OnceLock<&'static Kernels> = OnceLock::new();
-    CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            return &avx2::KERNELS;
-        }
-        &GENERIC
-    })
+    #[cfg(target_arch = "x86_64")]
+    if quant::kernels::isa().avx2_family() {
+        return &avx2::KERNELS;
+    }
+    &GENERIC
 }
 
 /// f16 values (2-byte aligned little-endian bytes, at least `dst.len()` values) → f32.
 pub fn dequant_f16(src: &[u8], dst: &mut [f32]) {
     let n = dst.len();
-    assert!(src.len() >= 2 * n && src.as_ptr() as usize % 2 == 0, "f16 KV row misaligned or short");
+    assert!(
+        src.len() >= 2 * n && (src.as_ptr() as usize).is_multiple_of(2),
+        "f16 KV row misaligned or short"
+    );
     // SAFETY: `src` holds at least `n` f16 values (checked above) at a 2-byte aligned address;
     // every bit pattern is a valid f16.
     let h = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const f16, n) };
     (kernels().f16_to_f32)(h, dst);
-}
-
-#[inline(always)]
-fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for j in 0..16 {
-            acc[j] = x[j].mul_add(y[j], acc[j]);
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
-}
-
-#[inline(always)]
-fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
-    for (d, &s) in y.iter_mut().zip(x) {
-        *d = a.mul_add(s, *d);
-    }
 }
 
 #[inline(always)]
@@ -394,12 +315,6 @@ fn f16_to_f32_generic(src: &[f16], dst: &mut [f32]) {
     let n = dst.len();
     src[..n].convert_to_f32_slice(dst);
 }
-fn dot_generic(a: &[f32], b: &[f32]) -> f32 {
-    dot_impl(a, b)
-}
-fn axpy_generic(y: &mut [f32], a: f32, x: &[f32]) {
-    axpy_impl(y, a, x)
-}
 fn dequant_q8_generic(src: &[u8], dst: &mut [f32]) {
     dequant_q8_impl(src, dst)
 }
@@ -416,12 +331,15 @@ fn dequant_key_q4_generic(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     //! The generic kernels recompiled with AVX2 + FMA + F16C enabled (LLVM vectorises them 8 wide).
+    //!
+    //! # Safety
+    //! Every `unsafe fn` here has one contract: the CPU has AVX2, FMA and F16C. Slices are
+    //! indexed with bounds checks (the bodies are the generic ones), except in `f16_to_f32_tf`,
+    //! which asserts `src` is at least as long as `dst` before reading through raw pointers.
     use super::*;
 
     pub static KERNELS: Kernels = Kernels {
         name: "avx2",
-        dot,
-        axpy,
         dequant_q8,
         dequant_q4,
         dequant_key_q8,
@@ -430,6 +348,9 @@ mod avx2 {
     };
 
     /// 8 values per F16C conversion, inline (the `half` crate converts 8 per call).
+    ///
+    /// # Safety
+    /// Module contract (`src.len() >= dst.len()` is asserted).
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn f16_to_f32_tf(src: &[f16], dst: &mut [f32]) {
         use std::arch::x86_64::*;
@@ -445,18 +366,6 @@ mod avx2 {
         for j in i..n {
             dst[j] = src[j].to_f32();
         }
-    }
-    fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
-        unsafe { f16_to_f32_tf(src, dst) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_tf(a: &[f32], b: &[f32]) -> f32 {
-        dot_impl(a, b)
-    }
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn axpy_tf(y: &mut [f32], a: f32, x: &[f32]) {
-        axpy_impl(y, a, x)
     }
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dequant_q8_tf(src: &[u8], dst: &mut [f32]) {
@@ -475,14 +384,9 @@ mod avx2 {
         dequant_key_q4_impl(nibbles, scale, min, dst)
     }
 
-    // SAFETY (all seven): `KERNELS` is only handed out by `kernels()` after
+    // SAFETY (all five): `KERNELS` is only handed out by `kernels()` when
+    // `quant::kernels::isa()` chose an AVX2-family path, which it does only after
     // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU.
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        unsafe { dot_tf(a, b) }
-    }
-    fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-        unsafe { axpy_tf(y, a, x) }
-    }
     fn dequant_q8(src: &[u8], dst: &mut [f32]) {
         unsafe { dequant_q8_tf(src, dst) }
     }
@@ -494,6 +398,9 @@ mod avx2 {
     }
     fn dequant_key_q4(nibbles: &[u8], scale: &[f32], min: &[f32], dst: &mut [f32]) {
         unsafe { dequant_key_q4_tf(nibbles, scale, min, dst) }
+    }
+    fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
+        unsafe { f16_to_f32_tf(src, dst) }
     }
 }
 
@@ -545,15 +452,6 @@ mod tests {
         let mut r = rng(11);
         for n in [1, 5, 16, 17, 31, 32, 33, 63, 64, 65, 128, 200, 256] {
             let a: Vec<f32> = (0..n).map(|_| r()).collect();
-            let b: Vec<f32> = (0..n).map(|_| r()).collect();
-            let (d0, d1) = (dot_generic(&a, &b), (k.dot)(&a, &b));
-            assert!((d0 - d1).abs() <= 1e-5 * n as f32, "dot n={n}: {d0} vs {d1}");
-            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            assert!((d0 - plain).abs() <= 1e-5 * n as f32);
-            let (mut y0, mut y1) = (b.clone(), b.clone());
-            axpy_generic(&mut y0, 0.3, &a);
-            (k.axpy)(&mut y1, 0.3, &a);
-            assert!(y0.iter().zip(&y1).all(|(p, q)| (p - q).abs() < 1e-6));
             for ty in [KvType::Q8, KvType::Q4] {
                 let mut bytes = vec![0u8; ty.v_head_bytes(n)];
                 encode_head(ty, &a, &mut bytes);
@@ -673,7 +571,8 @@ mod tests {
             let (mut hq, mut hk) = (q.clone(), k.clone());
             hadamard(&mut hq);
             hadamard(&mut hk);
-            assert!((dot_generic(&q, &k) - dot_generic(&hq, &hk)).abs() < 1e-4);
+            let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+            assert!((dot(&q, &k) - dot(&hq, &hk)).abs() < 1e-4);
             hadamard(&mut hq);
             assert!(q.iter().zip(&hq).all(|(a, b)| (a - b).abs() < 1e-5));
         }

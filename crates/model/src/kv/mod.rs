@@ -18,9 +18,10 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use crate::config::ModelConfig;
-use crate::forward::ContextParams;
+use crate::params::ContextParams;
+pub use crate::params::{KvType, ParseKvTypeError};
 use crate::ModelError;
-pub use format::{kernels, KvType, ParseKvTypeError};
+pub use format::kernels;
 use pool::{BlockId, BlockPool, NO_BLOCK};
 pub use view::{key_scratch_floats, LayerView};
 
@@ -204,24 +205,6 @@ impl KvCache {
     /// True when a window lets positions grow past `n_ctx` (generation with context shift).
     pub fn unbounded(&self) -> bool {
         self.unbounded
-    }
-
-    /// Most keys one query can attend to (sizes attention's score buffer).
-    pub fn max_keys(&self) -> usize {
-        self.windows
-            .iter()
-            .map(
-                |w| {
-                    if self.unbounded {
-                        w.window.unwrap_or(self.n_ctx) + w.sinks
-                    } else {
-                        self.n_ctx
-                    }
-                },
-            )
-            .max()
-            .unwrap_or(self.n_ctx)
-            .max(1)
     }
 
     pub fn rotate_v(&self) -> bool {

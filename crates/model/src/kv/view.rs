@@ -1,14 +1,13 @@
-//! Read access to one layer of one sequence, for attention: scores a group of queries against
-//! the cached keys block by block, dequantizing one key head at a time into a `head_dim` buffer
-//! (per-channel q4 blocks decode their scales and mins once per block), and locates value heads.
-
-use std::ops::Range;
+//! Read access to one layer of one sequence, for attention: decodes one KV head of a 32-token
+//! block into an f32 tile (per-channel key blocks decode their scales and mins once per block),
+//! and locates value heads.
 
 use half::f16;
 
-use super::format::{dequant_f16, kernels, key_block_row, KvType};
+use super::format::{dequant_f16, kernels, key_block_row};
 use super::pool::{BlockId, NO_BLOCK};
 use super::BLOCK_TOKENS;
+use crate::params::KvType;
 
 /// One layer of one sequence, read-only.
 pub struct LayerView<'a> {
@@ -46,8 +45,8 @@ enum KeyBlock<'a> {
     Staged(&'a [f16]),
 }
 
-/// Floats of scratch [`LayerView::key_scores`] needs: one key head plus per-channel scales and
-/// mins.
+/// Floats of scratch one decoded key head needs: the head plus its block's per-channel scales
+/// and mins.
 pub fn key_scratch_floats(head_dim: usize) -> usize {
     3 * head_dim
 }
@@ -113,39 +112,6 @@ impl<'a> LayerView<'a> {
             }
         }
         true
-    }
-
-    /// Raw scores `q_g · k_p` of the queries `q` (`[group][head_dim]`) against key head `h` at
-    /// positions `range`: the i-th position's score for query g
-    /// goes to `scores[g × stride + i]`; a position not held scores −∞. `tmp`: scratch of
-    /// [`key_scratch_floats`] floats.
-    pub fn key_scores(
-        &self,
-        h: usize,
-        range: Range<usize>,
-        q: &[f32],
-        scores: &mut [f32],
-        stride: usize,
-        tmp: &mut [f32],
-    ) {
-        let d = self.head_dim;
-        let dot = kernels().dot;
-        let (row, chan) = tmp.split_at_mut(d);
-        let mut p = range.start;
-        while p < range.end {
-            let b = p / BLOCK_TOKENS;
-            let end = range.end.min((b + 1) * BLOCK_TOKENS);
-            let src = self.key_block(b);
-            self.load_channels(src, h, chan);
-            for p in p..end {
-                let i = p - range.start;
-                let held = self.key_into(src, h, p % BLOCK_TOKENS, row, chan);
-                for (g, qg) in q.chunks_exact(d).enumerate() {
-                    scores[g * stride + i] = if held { dot(qg, row) } else { f32::NEG_INFINITY };
-                }
-            }
-            p = end;
-        }
     }
 
     /// Key head `h` of the 32 positions of block `b` as f32 `[BLOCK_TOKENS][head_dim]` into

@@ -1,0 +1,42 @@
+//! The unit of work of the forward pass: tokens from any number of sequences, each carrying its
+//! sequence and position, so prefill chunks and many sequences' decode steps share every weight
+//! read. Four parallel vectors, reused across calls (`clear` keeps their capacity).
+
+use crate::kv::SeqId;
+
+/// Tokens to run, each with its position, sequence and whether its logits are wanted.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub tokens: Vec<u32>,
+    pub pos: Vec<usize>,
+    pub seq: Vec<SeqId>,
+    pub logits: Vec<bool>,
+}
+
+impl Batch {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.pos.clear();
+        self.seq.clear();
+        self.logits.clear();
+    }
+
+    pub fn push(&mut self, token: u32, pos: usize, seq: SeqId, logits: bool) {
+        self.tokens.push(token);
+        self.pos.push(pos);
+        self.seq.push(seq);
+        self.logits.push(logits);
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn n_outputs(&self) -> usize {
+        self.logits.iter().filter(|&&l| l).count()
+    }
+}
