@@ -74,7 +74,15 @@ pub enum ChatError {
     Parse(JinjaError),
     #[error("chat template failed: {0:#}")]
     Render(JinjaError),
+    #[error("chat template did not finish within {RENDER_FUEL} steps: it loops (far) more than any chat needs; the template is broken or hostile, pass a template explicitly")]
+    OutOfFuel,
 }
+
+/// Steps (minijinja instructions) one render may take. A real template takes a few dozen a
+/// message, so this is far beyond any conversation, yet it stops a template — which comes from
+/// the GGUF, i.e. from whoever made the file — that would loop for hours (nested `range`s: a
+/// fuzz finding) or fill memory with its output, after well under a second.
+pub const RENDER_FUEL: u64 = 10_000_000;
 
 /// A parsed chat template plus the token texts it may refer to.
 #[derive(Debug)]
@@ -116,6 +124,7 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(RENDER_FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
@@ -187,7 +196,10 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
-        tmpl.render(ctx).map_err(ChatError::Render)
+        tmpl.render(ctx).map_err(|e| match e.kind() {
+            ErrorKind::OutOfFuel => ChatError::OutOfFuel,
+            _ => ChatError::Render(e),
+        })
     }
 }
 

@@ -20,7 +20,9 @@ mod texts;
 mod unicode;
 mod vocab;
 
-pub use chat::{strftime, ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK};
+pub use chat::{
+    strftime, ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK, RENDER_FUEL,
+};
 pub use pretok::PreType;
 pub use stream::StreamDecoder;
 pub use vocab::{attr, SpecialIds, TokenType};
