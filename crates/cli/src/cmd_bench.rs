@@ -10,7 +10,7 @@ use model::{Batch, Context, Model};
 use quant::threads::ThreadPool;
 use serde_json::json;
 
-use crate::common::{open, RunArgs};
+use crate::common::{attach, open, report, RunArgs};
 use crate::kv_args::kv_label;
 
 #[derive(Args, Debug)]
@@ -115,7 +115,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (params, planned) = run.plan(model, needed, Some(needed))?;
     let (threads, kv_label) = (params.n_threads, kv_label(params.kv_k, params.kv_v));
     let mut ctx = Context::new(Arc::clone(model), params);
-    let residence = planned.attach(model, &m.path, &ctx)?;
+    let residence = attach(&planned, &m, &ctx)?;
     // Deterministic pseudo-random tokens (speed does not depend on which tokens).
     let token = |i: usize| ((i as u64).wrapping_mul(2654435761) % n_vocab as u64) as u32;
     let mut batch = Batch::default();
@@ -154,7 +154,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         }
     }
     // Peak RSS of the tests themselves, before the bandwidth buffer adds to it.
-    residence.report();
+    report(&residence, &cmd.run.mem);
     let bytes_per_tok = weight_bytes_per_token(model);
     // The machine's read bandwidth, measured on the bytes decode reads: the model's own mapping
     // (page cache, huge pages where the file system gives them, exactly as the weights are read),
@@ -163,12 +163,12 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     // memory budget had to cap (down to 64 MiB, twice this L3). Streamed weights are not all in
     // memory, so a streaming run reads an anonymous buffer instead.
     let file = model.file.bytes();
-    let rates = if planned.request.residency != memory::plan::Residency::Stream
+    let rates = if planned.request().residency != runtime::Residency::Stream
         && file.len() >= 256 << 20
     {
         measure_read_bandwidth(ctx.pool(), &file[..file.len().min(1 << 30)], 5)
     } else {
-        let spare = planned.budget.bytes.saturating_sub(planned.prediction.total) / 2;
+        let spare = planned.budget.bytes.saturating_sub(planned.choice.prediction.total) / 2;
         let buf: Vec<u8> = (0..spare.clamp(64 << 20, 1 << 30) as usize).map(|i| i as u8).collect();
         measure_read_bandwidth(ctx.pool(), &buf, 5)
     };
@@ -186,7 +186,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         "reps": cmd.reps,
         "depth": cmd.depth,
         "kv": kv_label,
-        "memory": memory::plan::describe(&planned.request),
+        "memory": runtime::plan::describe(planned.request()),
         "pp_tok_s": pp_med,
         "tg_tok_s": tg_med,
         "pp": if pp.is_empty() { json!(null) } else { stats(&pp) },

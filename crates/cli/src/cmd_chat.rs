@@ -11,7 +11,7 @@ use clap::Args;
 use engine::{GenerateParams, Session};
 use tokenizer::{ChatMessage, ChatTemplate};
 
-use crate::common::{open, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
 
 #[derive(Args, Debug)]
 pub struct ChatCmd {
@@ -42,7 +42,7 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     // layers as the KV cache it can reach leaves room for.
     let (params, planned) = cmd.run.plan(&m.model, 1, None)?;
     let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
-    let residence = planned.attach(&m.model, &m.path, session.context())?;
+    let residence = attach(&planned, &m, session.context())?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = Arc::clone(&interrupted);
@@ -86,7 +86,9 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             eprintln!("error: the conversation needs {} tokens but the context holds {}; /reset or restart with a larger --ctx", tokens.len(), session.n_ctx());
             continue;
         }
-        residence.fit_kv((tokens.len() + cmd.n_predict).min(session.n_ctx()));
+        if let Some(line) = residence.fit_kv((tokens.len() + cmd.n_predict).min(session.n_ctx())) {
+            eprintln!("{line}");
+        }
         let mut answer = String::new();
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -107,6 +109,6 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             if interrupted.load(Ordering::SeqCst) { " | interrupted" } else { "" }
         );
     }
-    residence.report();
+    report(&residence, &cmd.run.mem);
     Ok(())
 }

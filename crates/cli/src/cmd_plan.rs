@@ -5,12 +5,12 @@
 use anyhow::Context as _;
 use clap::Args;
 use gguf::GgufFile;
-use memory::plan::{self, fmt_bytes, KvType, ModelFacts, Prediction, Request, Residency, Wants};
-use model::ModelConfig;
+use model::{KvType, ModelConfig};
+use runtime::plan::{self, fmt_bytes, ModelFacts, Request, Residency, Wants};
 use serde_json::json;
 
 use crate::common::default_threads;
-use crate::mem_args::{shape, MemArgs};
+use crate::mem_args::MemArgs;
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
@@ -33,25 +33,14 @@ pub struct PlanArgs {
     /// Worker threads (default: the CPUs available).
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    /// Sequences served at once (`snug serve --parallel`): each holds its own KV cache.
+    #[arg(long, default_value_t = 1)]
+    pub parallel: usize,
     /// Machine-readable output; top-level `predicted_peak_rss_bytes`.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub mem: MemArgs,
-}
-
-/// One line per term of a prediction.
-pub fn breakdown(p: &Prediction) -> String {
-    format!(
-        "  weights resident {:>11}\n  KV cache         {:>11}\n  activations      {:>11}\n  logits           {:>11}\n  tokenizer heap   {:>11}\n  process          {:>11}\n  peak RSS         {:>11}",
-        fmt_bytes(p.weights),
-        fmt_bytes(p.kv),
-        fmt_bytes(p.arena),
-        fmt_bytes(p.logits),
-        fmt_bytes(p.tokenizer),
-        fmt_bytes(p.overhead),
-        fmt_bytes(p.total)
-    )
 }
 
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
@@ -60,46 +49,37 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the header of {}", path.display()))?;
     let cfg = ModelConfig::from_gguf(&file)
         .with_context(|| format!("reading the configuration of {}", path.display()))?;
-    let s = shape(&cfg);
     let facts = ModelFacts::from_gguf(&file);
-    let kv = a
-        .kv
-        .as_deref()
-        .map(|k| KvType::parse(k).ok_or_else(|| anyhow::anyhow!("--kv {k:?}: use f16, q8 or q4")))
-        .transpose()?;
+    let kv =
+        a.kv.as_deref()
+            .map(|k| k.parse::<KvType>().map_err(|e| anyhow::anyhow!("--kv: {e}")))
+            .transpose()?;
     let threads = a.threads.unwrap_or_else(default_threads).max(1);
-    if a.ubatch == 0 || a.ctx == Some(0) || a.tokens == Some(0) {
-        anyhow::bail!("--ubatch, --ctx and --tokens must be at least 1");
+    if a.ubatch == 0 || a.ctx == Some(0) || a.tokens == Some(0) || a.parallel == 0 {
+        anyhow::bail!("--ubatch, --ctx, --tokens and --parallel must be at least 1");
     }
-    let budget = a.mem.budget();
+    let mem = a.mem.options();
+    let budget = mem.budget();
     let wants = Wants {
         n_ctx: a.ctx,
-        kv,
-        residency: a.mem.residency(),
+        kv: kv.map(|k| (k, k)),
+        residency: mem.residency,
         n_ctx_min: 1,
         n_kv: a.tokens,
         n_ubatch: a.ubatch,
         n_threads: threads,
+        n_seq: a.parallel,
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
     };
-    let choice = plan::choose(&s, &facts, budget.bytes, &wants);
+    let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.
     let n_kv = |n_ctx: usize| a.tokens.map_or(n_ctx, |t| t.min(n_ctx));
     let req = match &choice {
         Ok(c) => c.request,
-        Err(_) => Request {
-            n_ctx: a.ctx.unwrap_or_else(|| cfg.n_ctx_train.clamp(1, 4096)),
-            n_kv: n_kv(a.ctx.unwrap_or_else(|| cfg.n_ctx_train.clamp(1, 4096))),
-            kv: kv.unwrap_or(KvType::F16),
-            n_ubatch: a.ubatch,
-            n_threads: threads,
-            residency: a.mem.residency().unwrap_or(Residency::Mmap),
-            pinned_layers: 0,
-            kv_windowed: true,
-        },
+        Err(e) => e.request,
     };
-    let pred = plan::predict(&s, &facts, &req);
+    let pred = plan::predict(&cfg, &facts, &req);
     let usable = budget.bytes.saturating_sub(plan::headroom(budget.bytes));
     let mut ctxs: Vec<usize> = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
         .into_iter()
@@ -115,12 +95,13 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         let r = Request {
             n_ctx,
             n_kv: n_kv(n_ctx),
-            kv,
+            kv_k: kv,
+            kv_v: kv,
             residency: Residency::Mmap,
-            pinned_layers: s.n_layer,
+            pinned_layers: cfg.n_layer,
             ..req
         };
-        plan::predict(&s, &facts, &r).total
+        plan::predict(&cfg, &facts, &r).total
     };
     if a.json {
         let table: Vec<_> = ctxs
@@ -141,8 +122,9 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "config": req,
             "breakdown": pred,
             "facts": {"file_bytes": facts.file_bytes, "header_bytes": facts.header_bytes, "embd_bytes": facts.embd_bytes, "output_tied": facts.output_tied, "other_bytes": facts.other_bytes, "n_tokens": facts.n_tokens, "token_text_bytes": facts.token_text_bytes, "n_merges": facts.n_merges, "merge_text_bytes": facts.merge_text_bytes},
-            "kv_bytes_per_token": plan::kv_bytes_per_token(&s, req.kv),
-            "reason": match &choice { Ok(c) => c.reason.clone(), Err(e) => e.clone() },
+            "kv_bytes_per_token": model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v),
+            "reason": match &choice { Ok(c) => c.reason.clone(), Err(e) => e.to_string() },
+            "alternatives": choice.as_ref().err().map(|e| e.alternatives.clone()),
             "table": table,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -151,20 +133,21 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     println!(
         "{} — {} layers, n_embd {}, {} heads / {} KV heads × {}, vocab {}, file {}",
         path.display(),
-        s.n_layer,
-        s.n_embd,
-        s.n_head,
-        s.n_head_kv,
-        s.head_dim,
-        s.n_vocab,
+        cfg.n_layer,
+        cfg.n_embd,
+        cfg.n_head,
+        cfg.n_head_kv,
+        cfg.head_dim,
+        cfg.n_vocab,
         fmt_bytes(facts.file_bytes)
     );
-    let n_win = s.windows.iter().filter(|w| w.is_some()).count();
+    let windows = || cfg.layers.iter().filter_map(|l| l.window);
+    let n_win = windows().count();
     if n_win > 0 {
         println!(
             "sliding window on {n_win} of {} layers ({} positions)",
-            s.n_layer,
-            s.windows.iter().flatten().next().copied().unwrap_or(0)
+            cfg.n_layer,
+            windows().next().unwrap_or(0)
         );
     }
     println!(
@@ -173,11 +156,12 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         budget.source,
         fmt_bytes(usable)
     );
+    let per_token = |k| fmt_bytes(model::kv_bytes_per_token(&cfg, k, k) as u64);
     println!(
         "KV per token (all layers): f16 {}  q8 {}  q4 {}",
-        fmt_bytes(plan::kv_bytes_per_token(&s, KvType::F16)),
-        fmt_bytes(plan::kv_bytes_per_token(&s, KvType::Q8)),
-        fmt_bytes(plan::kv_bytes_per_token(&s, KvType::Q4))
+        per_token(KvType::F16),
+        per_token(KvType::Q8),
+        per_token(KvType::Q4)
     );
     println!();
     let filled = a.tokens.map(|t| format!(", KV filled to {t} positions")).unwrap_or_default();
@@ -201,6 +185,6 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         }
         Err(e) => println!("nothing fits: {e}"),
     }
-    println!("{}", breakdown(&pred));
+    println!("{}", pred.breakdown());
     Ok(())
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 use engine::{GenerateParams, Session};
 
-use crate::common::{open, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
 
 #[derive(Args, Debug)]
 pub struct RunCmd {
@@ -66,7 +66,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let (params, planned) =
         cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + cmd.n_predict))?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
-    let residence = planned.attach(&m.model, &m.path, session.context())?;
+    let residence = attach(&planned, &m, session.context())?;
     let gen = GenerateParams {
         n_predict: cmd.n_predict,
         stop: cmd.stop.clone(),
@@ -87,6 +87,6 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
         stats.gen_tok_s(),
         stats.stop
     );
-    residence.report();
+    report(&residence, &cmd.run.mem);
     Ok(())
 }

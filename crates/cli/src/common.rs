@@ -1,16 +1,15 @@
 //! Flags shared by the verbs that run a model, and loading a model with its tokenizer.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::Args;
 use engine::SamplerParams;
-use model::{ContextParams, Model};
+use model::{Context, ContextParams, Model};
+use runtime::{Loaded, Planned, Residence, RunOptions, RuntimeError};
 use tokenizer::Tokenizer;
 
-/// The model used when none is named.
-pub const DEFAULT_MODEL: &str = "qwen2.5-coder-1.5b";
+pub use hub::DEFAULT_MODEL;
+pub use runtime::default_threads;
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
@@ -76,33 +75,9 @@ impl SamplingArgs {
     }
 }
 
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-}
-
-/// A model resolved to its file and loaded with its tokenizer.
-pub struct Loaded {
-    /// The `.gguf` file (residency modes open it again for `posix_fadvise`).
-    pub path: PathBuf,
-    pub model: Arc<Model>,
-    pub tok: Arc<Tokenizer>,
-}
-
 /// Resolves `name` (alias or path; pulls an alias if needed) and loads model and tokenizer.
 pub fn open(name: &str) -> anyhow::Result<Loaded> {
-    let path = hub::resolve(name)?;
-    let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let tok = Tokenizer::from_gguf(&model.file)
-        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
-    if tok.n_vocab() != model.config.n_vocab {
-        anyhow::bail!(
-            "{}: tokenizer has {} tokens but the model's embedding has {}",
-            path.display(),
-            tok.n_vocab(),
-            model.config.n_vocab
-        );
-    }
-    Ok(Loaded { path, model: Arc::new(model), tok: Arc::new(tok) })
+    runtime::open(name).map_err(explain)
 }
 
 /// [`open`] for the verbs that do not manage memory (eval, perplexity).
@@ -110,65 +85,72 @@ pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
     open(name).map(|m| (m.model, m.tok))
 }
 
+/// The runtime's errors worded for the command line: which flag to change.
+pub fn explain(e: RuntimeError) -> anyhow::Error {
+    match e {
+        RuntimeError::Zero { what } => {
+            let flag = match what {
+                "context length" => "--ctx",
+                "thread count" => "--threads",
+                "micro-batch" => "--ubatch",
+                "KV window" => {
+                    return anyhow::anyhow!(
+                        "--window must be at least 1 (leave it out to keep every position)"
+                    )
+                }
+                other => other,
+            };
+            anyhow::anyhow!("{flag} must be at least 1")
+        }
+        RuntimeError::PromptTooLong { needed, n_ctx } => anyhow::anyhow!(
+            "the prompt needs {needed} tokens of context but --ctx is {n_ctx}; raise --ctx or \
+             shorten the prompt"
+        ),
+        e => e.into(),
+    }
+}
+
+/// Weights made resident as planned for `ctx`; the pressure monitor's lines go to stderr.
+pub fn attach(planned: &Planned, m: &Loaded, ctx: &Context) -> anyhow::Result<Residence> {
+    planned.attach(m, ctx, |line| eprintln!("{line}")).map_err(explain)
+}
+
+/// With `--verbose`: peak RSS against the prediction and the layers pinned, on stderr.
+pub fn report(residence: &Residence, mem: &crate::mem_args::MemArgs) {
+    if mem.verbose {
+        eprintln!("{}", residence.report());
+    }
+}
+
 impl RunArgs {
-    /// Context sizes for one sequence and the memory plan behind them; `needed` is the least
-    /// context the job needs, `n_kv` the most positions it will fill when that is known (prompt
-    /// + tokens to generate). Context length and KV precision not given are chosen within the
-    /// memory budget. Every verb that runs a model goes through here and then
-    /// [`crate::mem_args::Planned::attach`], so `--ram`, `--load` and `--verbose` mean the same
-    /// everywhere.
+    /// Context sizes for one sequence and the memory plan behind them (`runtime::plan_context`);
+    /// `needed` is the least context the job needs, `n_kv` the most positions it will fill when
+    /// that is known (prompt + tokens to generate). Prints the plan's one line (`--verbose`: the
+    /// whole plan). Every verb that runs a model goes through here and then [`attach`], so
+    /// `--ram`, `--load` and `--verbose` mean the same everywhere.
     pub fn plan(
         &self,
         model: &Model,
         needed: usize,
         n_kv: Option<usize>,
-    ) -> anyhow::Result<(ContextParams, crate::mem_args::Planned)> {
-        use crate::mem_args::{from_model_kv, plan_run, to_model_kv};
-        let mut p = self.fixed_params(model, needed)?;
+    ) -> anyhow::Result<(ContextParams, Planned)> {
+        let (kv_k, kv_v) = self.kv.types()?;
         let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
-        let n_ctx_min = if self.kv.window.is_some() { 1 } else { needed };
-        let planned = plan_run(
-            &self.mem,
-            model,
-            self.ctx,
-            kv_given.then(|| from_model_kv(p.kv_k)),
-            n_ctx_min,
-            n_kv,
-            p.n_ubatch,
-            p.n_threads,
-        )?;
-        p.n_ctx = planned.request.n_ctx;
-        if !kv_given {
-            p.kv_k = to_model_kv(planned.request.kv);
-            p.kv_v = p.kv_k;
-        }
-        Ok((p, planned))
-    }
-
-    fn fixed_params(&self, model: &Model, needed: usize) -> anyhow::Result<ContextParams> {
-        let n_ctx = self.ctx.unwrap_or_else(|| model.config.n_ctx_train.min(4096).max(needed));
-        if n_ctx == 0 {
-            anyhow::bail!("--ctx must be at least 1");
-        }
-        if needed > n_ctx && self.kv.window.is_none() {
-            anyhow::bail!("the prompt needs {needed} tokens of context but --ctx is {n_ctx}; raise --ctx or shorten the prompt");
-        }
-        let threads = self.threads.unwrap_or_else(default_threads);
-        if threads == 0 {
-            anyhow::bail!("--threads must be at least 1");
-        }
-        if self.ubatch == 0 {
-            anyhow::bail!("--ubatch must be at least 1");
-        }
-        let mut p = ContextParams {
-            n_ctx,
+        let o = RunOptions {
+            n_ctx: self.ctx,
+            n_threads: self.threads,
             n_ubatch: self.ubatch,
-            n_outputs_max: 1,
-            n_seq_max: 1,
-            n_threads: threads,
-            ..ContextParams::default()
+            kv: kv_given.then_some((kv_k, kv_v)),
+            kv_window: self.kv.window,
+            kv_sinks: self.kv.sinks,
+            n_seq: 1,
+            mem: self.mem.options(),
         };
-        self.kv.apply(&mut p)?;
-        Ok(p)
+        let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
+        eprintln!("snug: {}", planned.summary());
+        if self.mem.verbose {
+            eprintln!("{}", planned.choice.prediction.breakdown());
+        }
+        Ok((params, planned))
     }
 }

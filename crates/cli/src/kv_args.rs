@@ -3,15 +3,7 @@
 
 use clap::Args;
 use model::{ContextParams, KvType};
-
-/// `f16` when keys and values agree, else `keys/values` such as `q8/q4`.
-pub fn kv_label(k: KvType, v: KvType) -> String {
-    if k == v {
-        k.to_string()
-    } else {
-        format!("{k}/{v}")
-    }
-}
+pub use runtime::plan::kv_label;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct KvArgs {

@@ -98,6 +98,14 @@ impl Session {
         }
     }
 
+    /// Heap one session holds besides its [`Context`], at most: the token history and the
+    /// caller's prompt (`[n_ctx]` ids each), the batch (an entry per position at most) and the
+    /// sampler.
+    pub fn heap_bytes(n_ctx: usize, n_vocab: usize) -> usize {
+        n_ctx * (2 * std::mem::size_of::<u32>() + Batch::BYTES_PER_TOKEN)
+            + Sampler::heap_bytes(n_vocab)
+    }
+
     pub fn n_ctx(&self) -> usize {
         self.ctx.params.n_ctx
     }
@@ -216,20 +224,22 @@ impl Session {
     }
 }
 
-/// Holds back text that might be the start of a stop string until it is sure.
-struct StopMatcher<'a> {
-    stops: &'a [String],
+/// Holds back text that might be the start of a stop string until it is sure (shared by
+/// [`Session`] and the server's scheduler, which keeps one per sequence).
+#[derive(Clone, Debug)]
+pub struct StopMatcher {
+    stops: Vec<String>,
     pending: String,
 }
 
-impl<'a> StopMatcher<'a> {
-    fn new(stops: &'a [String]) -> Self {
-        StopMatcher { stops, pending: String::new() }
+impl StopMatcher {
+    pub fn new(stops: &[String]) -> Self {
+        StopMatcher { stops: stops.to_vec(), pending: String::new() }
     }
 
     /// Adds text; returns what can be emitted now and whether a stop string was found (in which
     /// case the returned text ends right before it).
-    fn push(&mut self, text: &str) -> (String, bool) {
+    pub fn push(&mut self, text: &str) -> (String, bool) {
         if self.stops.is_empty() {
             return (text.to_string(), false);
         }
@@ -247,7 +257,7 @@ impl<'a> StopMatcher<'a> {
         }
         // Keep the longest suffix that is a prefix of some stop string.
         let mut keep = 0;
-        for s in self.stops {
+        for s in &self.stops {
             for (i, _) in self.pending.char_indices() {
                 let suffix = &self.pending[i..];
                 if s.starts_with(suffix) {
@@ -262,7 +272,9 @@ impl<'a> StopMatcher<'a> {
         (emit, false)
     }
 
-    fn finish(&mut self, tail: &str) -> String {
+    /// Adds the last text; returns everything left to emit (held-back text included, unless a
+    /// stop string is found in it).
+    pub fn finish(&mut self, tail: &str) -> String {
         let (mut emit, hit) = self.push(tail);
         if !hit {
             emit.push_str(&std::mem::take(&mut self.pending));

@@ -7,7 +7,7 @@ pub mod generate;
 pub mod perplexity;
 pub mod sampling;
 
-pub use generate::{GenStats, GenerateParams, Session, StopReason};
+pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams};

@@ -13,18 +13,6 @@ pub const GROUPS: usize = 4;
 /// Most bytes of one stage (a block of rows of one group's matrices).
 pub const STAGE_BYTES: u64 = 16 << 20;
 
-/// The group that reads layer tensor `suffix` (the name after `blk.N.`); `None` for norms and
-/// biases, which are read once at load.
-pub fn group_of(suffix: &str) -> Option<usize> {
-    match suffix {
-        "attn_q.weight" | "attn_k.weight" | "attn_v.weight" | "attn_qkv.weight" => Some(0),
-        "attn_output.weight" => Some(1),
-        "ffn_gate.weight" | "ffn_up.weight" => Some(2),
-        "ffn_down.weight" => Some(3),
-        _ => None,
-    }
-}
-
 /// Blocks a group is cut into, given the bytes of the biggest such group in the model.
 pub fn blocks(max_group_bytes: u64) -> usize {
     max_group_bytes.div_ceil(STAGE_BYTES).max(1) as usize

@@ -44,8 +44,8 @@ fn split_floats(c: &ModelConfig, n_threads: usize) -> usize {
     SPLIT_TASKS_PER_THREAD * n_threads * (c.n_head / c.n_head_kv) * (c.head_dim_v + 2)
 }
 
-/// Floats of attention scratch a context with `n_threads` threads needs (the memory planner's
-/// `arena_bytes` mirrors this formula).
+/// Floats of attention scratch a context with `n_threads` threads needs (the memory planner
+/// counts it through `forward::ScratchSizes`).
 pub fn scratch_floats(c: &ModelConfig, n_threads: usize) -> usize {
     let nth = n_threads.max(1);
     nth * thread_floats(c) + split_floats(c, nth)

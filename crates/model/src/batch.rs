@@ -14,6 +14,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Heap bytes one token takes in a batch (its entry in each array).
+    pub const BYTES_PER_TOKEN: usize = std::mem::size_of::<u32>()
+        + std::mem::size_of::<usize>()
+        + std::mem::size_of::<SeqId>()
+        + std::mem::size_of::<bool>();
+
     pub fn clear(&mut self) {
         self.tokens.clear();
         self.pos.clear();

@@ -46,7 +46,16 @@ pub struct ModelConfig {
     pub layers: Vec<LayerAttn>,
 }
 
+/// The longest context snug uses when none is asked for (the model's training context when
+/// shorter): past it, the KV cache of a 7–9B model outgrows the memory of the boxes snug is for.
+pub const DEFAULT_CTX_MAX: usize = 4096;
+
 impl ModelConfig {
+    /// Context used when none is asked for: the training context, at most [`DEFAULT_CTX_MAX`].
+    pub fn default_n_ctx(&self) -> usize {
+        self.n_ctx_train.clamp(1, DEFAULT_CTX_MAX)
+    }
+
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         let arch_name =
             f.architecture().ok_or(ModelError::MissingKey("general.architecture".into()))?;

@@ -58,29 +58,75 @@ pub struct Context {
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
 }
 
+/// Element counts of a context's buffers: the one formula [`Context::new`] allocates by and the
+/// memory planner adds up ([`ScratchSizes::activation_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScratchSizes {
+    /// `[ub][n_embd]`: the residual stream, and again the normed input / FFN output.
+    pub embd: usize,
+    /// `[ub][q_dim]`: queries, and again the attention output.
+    pub q: usize,
+    /// `[ub][kv_dim]`: keys, and again values.
+    pub kv: usize,
+    /// `[ub][n_ff]`: gate, and again up.
+    pub ff: usize,
+    /// `[min(ub, n_outputs_max)][n_embd]`: rows whose logits are wanted.
+    pub xo: usize,
+    /// Bytes of quantized activations for matmul (reserved; touched as far as a batch needs).
+    pub qbuf_bytes: usize,
+    /// Attention scratch ([`scratch_floats`]).
+    pub attn: usize,
+    /// `[n_outputs_max][n_vocab]`.
+    pub logits: usize,
+}
+
+impl ScratchSizes {
+    pub fn new(c: &ModelConfig, p: &ContextParams) -> ScratchSizes {
+        let ub = p.n_ubatch.max(1);
+        ScratchSizes {
+            embd: ub * c.n_embd,
+            q: ub * c.q_dim(),
+            kv: ub * c.kv_dim(),
+            ff: ub * c.n_ff,
+            xo: ub.min(p.n_outputs_max.max(1)) * c.n_embd,
+            qbuf_bytes: ub * c.n_ff.max(c.n_embd) * 2,
+            attn: scratch_floats(c, p.n_threads.max(1)),
+            logits: p.n_outputs_max.max(1) * c.n_vocab,
+        }
+    }
+
+    /// Bytes of the activation buffers and attention scratch (logits apart).
+    pub fn activation_bytes(&self) -> usize {
+        let f32s = 2 * (self.embd + self.q + self.kv + self.ff) + self.xo + self.attn;
+        f32s * std::mem::size_of::<f32>() + self.qbuf_bytes
+    }
+
+    pub fn logits_bytes(&self) -> usize {
+        self.logits * std::mem::size_of::<f32>()
+    }
+}
+
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Context {
         let c = &model.config;
-        let ub = params.n_ubatch.max(1);
         let nth = params.n_threads.max(1);
+        let z = ScratchSizes::new(c, &params);
         let s = Scratch {
-            x: vec![0.0; ub * c.n_embd],
-            xn: vec![0.0; ub * c.n_embd],
-            q: vec![0.0; ub * c.q_dim()],
-            k: vec![0.0; ub * c.kv_dim()],
-            v: vec![0.0; ub * c.kv_dim()],
-            att: vec![0.0; ub * c.q_dim()],
-            gate: vec![0.0; ub * c.n_ff],
-            up: vec![0.0; ub * c.n_ff],
-            xo: vec![0.0; ub.min(params.n_outputs_max.max(1)) * c.n_embd],
-            qbuf: Vec::with_capacity(ub * c.n_ff.max(c.n_embd) * 2),
+            x: vec![0.0; z.embd],
+            xn: vec![0.0; z.embd],
+            q: vec![0.0; z.q],
+            k: vec![0.0; z.kv],
+            v: vec![0.0; z.kv],
+            att: vec![0.0; z.q],
+            gate: vec![0.0; z.ff],
+            up: vec![0.0; z.ff],
+            xo: vec![0.0; z.xo],
+            qbuf: Vec::with_capacity(z.qbuf_bytes),
             rope: RopeTable::new(c.n_rot),
-            attn_tmp: Vec::new(),
+            attn_tmp: vec![0.0; z.attn],
         };
         let kv = KvCache::new(c, &params);
-        let mut s = s;
-        s.attn_tmp = vec![0.0; scratch_floats(c, nth)];
-        let logits = vec![0.0; params.n_outputs_max.max(1) * c.n_vocab];
+        let logits = vec![0.0; z.logits];
         Context {
             pool: ThreadPool::new(nth),
             kv,

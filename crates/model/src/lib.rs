@@ -8,6 +8,7 @@ pub mod config;
 pub mod eval;
 pub mod forward;
 pub mod kv;
+pub mod names;
 pub mod ops;
 mod par;
 pub mod params;

@@ -42,7 +42,8 @@ impl Default for ContextParams {
 }
 
 /// Storage precision of keys or values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum KvType {
     #[default]
     F16,

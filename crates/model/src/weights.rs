@@ -8,6 +8,7 @@ use memory::residency::LayerStages;
 use memory::stages::{self, GROUPS};
 
 use crate::config::ModelConfig;
+use crate::names;
 use crate::ModelError;
 
 /// A weight matrix in the mapping: `rows` rows of `cols` values in `ty`'s block format.
@@ -169,18 +170,18 @@ impl Weights {
     pub fn load(f: &GgufFile, c: &ModelConfig) -> Result<Weights, ModelError> {
         let l = Loader { f };
         let (d, q, kv, ff) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff);
-        let tok_embd = l.mat("token_embd.weight", c.n_vocab, d)?;
-        let output = if f.tensor("output.weight").is_some() {
-            l.mat("output.weight", c.n_vocab, d)?
+        let tok_embd = l.mat(names::TOKEN_EMBD, c.n_vocab, d)?;
+        let output = if f.tensor(names::OUTPUT).is_some() {
+            l.mat(names::OUTPUT, c.n_vocab, d)?
         } else {
             tok_embd
         };
         let rope_freqs = l.opt_vec("rope_freqs.weight", c.n_rot / 2)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
-            let n = |s: &str| format!("blk.{il}.{s}");
+            let n = |s: &str| names::layer_tensor(il, s);
             let (wq, wk, wv) = if c.spec.fused_qkv {
-                let qkv = l.mat(&n("attn_qkv.weight"), q + 2 * kv, d)?;
+                let qkv = l.mat(&n(names::ATTN_QKV), q + 2 * kv, d)?;
                 (
                     qkv.rows_slice(0, q),
                     qkv.rows_slice(q, q + kv),
@@ -188,16 +189,16 @@ impl Weights {
                 )
             } else {
                 (
-                    l.mat(&n("attn_q.weight"), q, d)?,
-                    l.mat(&n("attn_k.weight"), kv, d)?,
-                    l.mat(&n("attn_v.weight"), kv, d)?,
+                    l.mat(&n(names::ATTN_Q), q, d)?,
+                    l.mat(&n(names::ATTN_K), kv, d)?,
+                    l.mat(&n(names::ATTN_V), kv, d)?,
                 )
             };
             let (gate, up) = if c.spec.fused_gate_up {
-                let gu = l.mat(&n("ffn_up.weight"), 2 * ff, d)?;
+                let gu = l.mat(&n(names::FFN_UP), 2 * ff, d)?;
                 (gu.rows_slice(0, ff), gu.rows_slice(ff, 2 * ff))
             } else {
-                (l.mat(&n("ffn_gate.weight"), ff, d)?, l.mat(&n("ffn_up.weight"), ff, d)?)
+                (l.mat(&n(names::FFN_GATE), ff, d)?, l.mat(&n(names::FFN_UP), ff, d)?)
             };
             if f.tensor(&n("attn_qkv.bias")).is_some() || f.tensor(&n("ffn_up.bias")).is_some() {
                 return Err(ModelError::Unsupported(format!(
@@ -214,12 +215,12 @@ impl Weights {
                 bv: l.opt_vec(&n("attn_v.bias"), kv)?,
                 q_norm: l.req_if(c.spec.qk_norm, &n("attn_q_norm.weight"), c.head_dim)?,
                 k_norm: l.req_if(c.spec.qk_norm, &n("attn_k_norm.weight"), c.head_dim)?,
-                wo: l.mat(&n("attn_output.weight"), d, q)?,
+                wo: l.mat(&n(names::ATTN_OUTPUT), d, q)?,
                 post_attn_norm: l.req_if(c.spec.post_norms, &n("post_attention_norm.weight"), d)?,
                 ffn_norm: l.vec(&n("ffn_norm.weight"), d)?,
                 gate,
                 up,
-                down: l.mat(&n("ffn_down.weight"), d, ff)?,
+                down: l.mat(&n(names::FFN_DOWN), d, ff)?,
                 post_ffn_norm: l.req_if(c.spec.post_norms, &n("post_ffw_norm.weight"), d)?,
             });
         }

@@ -35,11 +35,26 @@ const _: () = assert!(BLOCK_TOKENS == format::KEY_BLOCK_TOKENS);
 /// `SeqKv::tail` of a layer with no block being filled.
 const NO_TAIL: usize = usize::MAX;
 
+/// KV bytes one token takes in one layer: every KV head's keys and values, block scales
+/// included.
+pub fn kv_row_bytes(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
+    cfg.n_head_kv * (k.k_head_bytes(cfg.head_dim) + v.v_head_bytes(cfg.head_dim_v))
+}
+
 /// KV bytes one token takes across all layers (keys and values, block scales included): what
 /// the cache really uses per position held. Layers with a sliding window hold at most
-/// `window + BLOCK_TOKENS` positions (+ the ubatch being computed).
+/// [`layer_peak_positions`].
 pub fn kv_bytes_per_token(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
-    cfg.n_layer * cfg.n_head_kv * (k.k_head_bytes(cfg.head_dim) + v.v_head_bytes(cfg.head_dim_v))
+    cfg.n_layer * kv_row_bytes(cfg, k, v)
+}
+
+/// Positions, in whole blocks, that one layer of one sequence holds at its peak in a context of
+/// `n_ctx` computed `n_ubatch` tokens at a time: every position, or for a sliding-window layer
+/// its window plus the micro-batch being computed plus one partly filled edge block (blocks a
+/// window frees are reused before fresh ones are taken).
+pub fn layer_peak_positions(window: Option<usize>, n_ctx: usize, n_ubatch: usize) -> usize {
+    let pos = window.map_or(n_ctx, |w| (w + n_ubatch.max(1) + BLOCK_TOKENS).min(n_ctx));
+    pos.div_ceil(BLOCK_TOKENS) * BLOCK_TOKENS
 }
 
 /// Bytes of f16 keys one sequence keeps outside the pool for the blocks being filled (quantized

@@ -18,9 +18,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::plan::{self, fmt_bytes, ModelFacts, Request, Shape};
-use crate::probe::{self, Budget, BudgetSource};
-use crate::residency::{Release, Streamer};
+use memory::probe::{self, Budget, BudgetSource};
+use memory::residency::{Release, Streamer};
+use model::ModelConfig;
+
+use crate::plan::{self, fmt_bytes, ModelFacts, Request};
 
 /// What one poll sees: the bytes this process may hold and what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +77,7 @@ pub enum Cause {
 /// The planner's view of the running configuration: how many layers may stay pinned.
 #[derive(Clone, Debug)]
 pub struct Fit {
-    pub shape: Shape,
+    pub config: ModelConfig,
     pub facts: ModelFacts,
     /// As planned; `n_kv` is replaced by the cache's current need.
     pub request: Request,
@@ -86,13 +88,13 @@ pub struct Fit {
 }
 
 impl Fit {
-    pub fn new(shape: Shape, facts: ModelFacts, request: Request, budget: u64) -> Fit {
-        let predicted = plan::predict(&shape, &facts, &request).total;
-        Fit { shape, facts, request, predicted, reserve: plan::headroom(budget) / 2 }
+    pub fn new(config: ModelConfig, facts: ModelFacts, request: Request, budget: u64) -> Fit {
+        let predicted = plan::predict(&config, &facts, &request).total;
+        Fit { config, facts, request, predicted, reserve: plan::headroom(budget) / 2 }
     }
 
     fn request_for(&self, n_kv: usize, pinned: usize) -> Request {
-        let residency = if pinned >= self.shape.n_layer {
+        let residency = if pinned >= self.config.n_layer {
             self.request.residency
         } else {
             plan::Residency::Stream
@@ -107,7 +109,7 @@ impl Fit {
 
     /// Predicted peak with `pinned` layers resident and `n_kv` positions cached.
     pub fn predict(&self, n_kv: usize, pinned: usize) -> u64 {
-        plan::predict(&self.shape, &self.facts, &self.request_for(n_kv, pinned)).total
+        plan::predict(&self.config, &self.facts, &self.request_for(n_kv, pinned)).total
     }
 
     /// Room the prediction may use under `limit`: its usable bytes, and never more than the plan
@@ -120,7 +122,7 @@ impl Fit {
     /// streaming every layer does not fit: nothing more can be given back).
     pub fn target(&self, limit: u64, n_kv: usize) -> usize {
         let usable = self.usable(limit);
-        (0..=self.shape.n_layer).rev().find(|&k| self.predict(n_kv, k) <= usable).unwrap_or(0)
+        (0..=self.config.n_layer).rev().find(|&k| self.predict(n_kv, k) <= usable).unwrap_or(0)
     }
 
     /// What one reading asks for with `pinned` layers resident and `n_kv` positions cached: the
@@ -300,7 +302,11 @@ pub struct Monitor {
 
 impl Monitor {
     /// Polls `governor` every `every`, printing each reaction on stderr.
-    pub fn start(governor: Arc<Governor>, every: Duration) -> Monitor {
+    pub fn start(
+        governor: Arc<Governor>,
+        every: Duration,
+        log: impl Fn(&str) + Send + 'static,
+    ) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
@@ -309,7 +315,7 @@ impl Monitor {
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
                     if let Some(line) = governor.poll() {
-                        eprintln!("{line}");
+                        log(&line);
                     }
                     std::thread::sleep(every);
                 }
@@ -331,25 +337,28 @@ impl Drop for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{choose, tests::qwen7b, tests::wants, KvType, Residency};
+    use crate::plan::{choose, tests::qwen7b, tests::wants, Residency};
+    use model::KvType;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
 
     /// The Qwen2.5-7B Q4_K_M shape (28 layers of ~134 MiB) planned at context 4096.
     fn fit(residency: Residency, pinned: usize, n_kv: usize, budget: u64) -> Fit {
-        let (shape, facts) = qwen7b();
+        let (config, facts) = qwen7b();
         let request = Request {
             n_ctx: 4096,
             n_kv,
-            kv: KvType::F16,
+            kv_k: KvType::F16,
+            kv_v: KvType::F16,
             n_ubatch: 512,
             n_threads: 2,
+            n_seq: 1,
             residency,
             pinned_layers: pinned,
             kv_windowed: false,
         };
-        Fit::new(shape, facts, request, budget)
+        Fit::new(config, facts, request, budget)
     }
 
     #[test]
@@ -396,9 +405,9 @@ mod tests {
 
     #[test]
     fn a_short_cache_pins_more_layers_than_the_full_context_plan_and_a_long_one_fewer() {
-        let (s, m) = qwen7b();
-        let planned = choose(&s, &m, 3 * GIB, &wants()).unwrap().request;
-        let f = Fit::new(s, m, planned, 3 * GIB);
+        let (c, m) = qwen7b();
+        let planned = choose(&c, &m, 3 * GIB, &wants()).unwrap().request;
+        let f = Fit::new(c, m, planned, 3 * GIB);
         let k0 = planned.pinned_layers;
         assert_eq!(f.target(3 * GIB, 4096), k0);
         let short = f.target(3 * GIB, 80);
