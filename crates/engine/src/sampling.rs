@@ -53,7 +53,7 @@ impl SamplerParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
-        if !(self.repeat_penalty > 0.0) || !self.repeat_penalty.is_finite() {
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
             return Err(format!(
                 "repeat_penalty must be a positive number, got {}",
                 self.repeat_penalty

@@ -389,7 +389,7 @@ pub fn choose(
     m: &ModelFacts,
     budget: u64,
     w: &Wants,
-) -> Result<Choice, DoesNotFit> {
+) -> Result<Choice, Box<DoesNotFit>> {
     let usable = budget.saturating_sub(headroom(budget));
     let default_ctx = c.default_n_ctx().max(w.n_ctx_min);
     let ctxs: Vec<usize> = match w.n_ctx {
@@ -494,7 +494,13 @@ pub fn choose(
             alternatives.push(Alternative::Stream(t));
         }
     }
-    Err(DoesNotFit { request, prediction: predict(c, m, &request), usable, budget, alternatives })
+    Err(Box::new(DoesNotFit {
+        request,
+        prediction: predict(c, m, &request),
+        usable,
+        budget,
+        alternatives,
+    }))
 }
 
 /// A configuration that fits where the one asked for does not, with its predicted peak.

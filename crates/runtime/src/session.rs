@@ -196,9 +196,8 @@ pub fn plan(
         kv_windowed: true,
     };
     let facts = ModelFacts::from_gguf(&model.file);
-    let choice = plan::choose(c, &facts, budget.bytes, &wants).map_err(|fit| {
-        RuntimeError::DoesNotFit { fit: Box::new(fit), source_name: budget.source.to_string() }
-    })?;
+    let choice = plan::choose(c, &facts, budget.bytes, &wants)
+        .map_err(|fit| RuntimeError::DoesNotFit { fit, source_name: budget.source.to_string() })?;
     let params = choice.request.context_params(ContextParams {
         kv_window: o.kv_window,
         kv_sinks: o.kv_sinks,

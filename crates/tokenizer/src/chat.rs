@@ -497,7 +497,7 @@ mod tests {
         let out = env
             .render_str(
                 "{{ v | tojson(indent=2) }}",
-                minijinja::context! { v => Value::from_serialize(&serde_json::json!({"a": [1]})) },
+                minijinja::context! { v => Value::from_serialize(serde_json::json!({"a": [1]})) },
             )
             .unwrap();
         assert_eq!(out, "{\n  \"a\": [\n    1\n  ]\n}");

@@ -131,7 +131,7 @@ pub fn encode(vocab: &dyn SpmVocab, text: &str, out: &mut Vec<u32>) {
         if s.id & NOT_TOKEN == 0 {
             out.push(s.id);
         } else {
-            for &b in text[s.start as usize..(s.start + s.len) as usize].as_bytes() {
+            for &b in &text.as_bytes()[s.start as usize..(s.start + s.len) as usize] {
                 if let Some(id) = vocab.byte_token(b) {
                     out.push(id);
                 }

@@ -51,7 +51,7 @@ impl Recipe {
             Recipe::F16 => return GgmlType::F16,
             Recipe::Q8_0 => return GgmlType::Q8_0,
             Recipe::Q4KM => match kind {
-                Kind::Output if row_len % 256 != 0 => GgmlType::Q8_0,
+                Kind::Output if !row_len.is_multiple_of(256) => GgmlType::Q8_0,
                 Kind::Output => GgmlType::Q6K,
                 Kind::AttnV | Kind::FfnDown if more_bits(i_layer, n_layer) => GgmlType::Q6K,
                 _ => GgmlType::Q4K,
@@ -59,8 +59,8 @@ impl Recipe {
         };
         // Rows that are not whole 256-value super-blocks fall back as llama.cpp does.
         match ty {
-            GgmlType::Q4K if row_len % 256 != 0 => GgmlType::Q5_0,
-            GgmlType::Q6K if row_len % 256 != 0 => GgmlType::Q8_0,
+            GgmlType::Q4K if !row_len.is_multiple_of(256) => GgmlType::Q5_0,
+            GgmlType::Q6K if !row_len.is_multiple_of(256) => GgmlType::Q8_0,
             t => t,
         }
     }
