@@ -11,6 +11,8 @@
 //! Dependencies: the mechanisms below (`memory` for probing and residency, `model` for the
 //! forward pass and its sizes, `engine` for generation), never a front end.
 
+#![forbid(unsafe_code)]
+
 pub mod plan;
 pub mod pressure;
 pub mod session;
