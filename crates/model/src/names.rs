@@ -19,7 +19,7 @@ pub const FFN_UP: &str = "ffn_up.weight";
 pub const FFN_DOWN: &str = "ffn_down.weight";
 
 /// The streaming group (`memory::stages`: q/k/v, attention output, gate/up, down) that reads
-/// layer matrix `suffix`, as [`crate::weights::LayerWeights::group`] orders them; `None` for
+/// layer matrix `suffix`, in the order `weights::LayerWeights::group` gives them; `None` for
 /// norms and biases, which are read once at load.
 pub fn stage_group(suffix: &str) -> Option<usize> {
     match suffix {
