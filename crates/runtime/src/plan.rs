@@ -32,8 +32,7 @@ pub const PER_THREAD: u64 = 320 * 1024;
 /// array (8 bytes) and its type there (4), the tokenizer's own text span (8), index slots
 /// (4/3 × 8), attribute (2) and piece offset (4) — 37 bytes; SentencePiece vocabularies add a
 /// score in the metadata and in the tokenizer (8), which the header facts do not tell apart, so
-/// this covers both (measured with 4-byte text offsets: qwen2.5 BPE 31.6, gemma3 SPM 40.9 bytes
-/// a token; the spans add 4).
+/// this covers both (calibration: BENCHMARKS.md, "Planner calibration").
 pub const TOK_PER_TOKEN: u64 = 44;
 /// Tokenizer heap per byte of token text: stored once in the metadata's string array, once in the
 /// tokenizer's texts and once more as the detokenized piece.
@@ -316,9 +315,8 @@ pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
     (scratch(c, r).activation_bytes() + sessions) as u64
 }
 
-/// Heap held by the tokenizer and the parsed GGUF metadata (measured after `Tokenizer::from_gguf`:
-/// qwen2.5 15.3 MiB, gemma3 16.9 MiB with 4-byte text offsets; the spans that replaced them add
-/// 4 bytes a token: 15.9 and 17.9 MiB, predicted 17.1 and 17.6).
+/// Heap held by the tokenizer and the parsed GGUF metadata after `Tokenizer::from_gguf`
+/// (calibration: BENCHMARKS.md, "Planner calibration").
 pub fn tokenizer_bytes(m: &ModelFacts) -> u64 {
     m.n_tokens * TOK_PER_TOKEN
         + m.token_text_bytes * TOK_PER_TEXT_BYTE
