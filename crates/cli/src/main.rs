@@ -11,6 +11,7 @@ mod cmd_perplexity;
 mod cmd_plan;
 mod cmd_pull;
 mod cmd_run;
+mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
 mod common;
@@ -44,6 +45,8 @@ enum Command {
     Run(cmd_run::RunCmd),
     /// Talk with a model using its chat template.
     Chat(cmd_chat::ChatCmd),
+    /// Serve the OpenAI and Ollama HTTP APIs, many conversations at once.
+    Serve(cmd_serve::ServeCmd),
     /// Measure prompt and generation speed, and decode bandwidth against the machine's.
     Bench(cmd_bench::BenchCmd),
     /// Perplexity of a text file (llama-perplexity's method: second half of each chunk).
@@ -65,6 +68,7 @@ fn main() {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Run(a) => cmd_run::run(a),
         Command::Chat(a) => cmd_chat::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Perplexity(a) => cmd_perplexity::run(a),
         Command::Eval(a) => cmd_eval::run(a),

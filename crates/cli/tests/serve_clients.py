@@ -1,0 +1,186 @@
+"""The official Python clients against `snug serve`, unchanged: PyPI `openai` and `ollama`.
+
+Usage: serve_clients.py BASE_URL API_KEY MODEL. Exits non-zero on the first failed check.
+Short prompts and few tokens: the whole script runs in seconds on qwen2.5-coder-0.5b.
+"""
+
+import http.client
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import ollama
+import openai
+
+base, key, model = sys.argv[1:4]
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise AssertionError(what)
+    checks += 1
+
+
+def raises(exc, fn, what):
+    try:
+        fn()
+    except exc as e:
+        check(True, what)
+        return e
+    raise AssertionError(f"{what}: no {exc.__name__} raised")
+
+
+# --- OpenAI -------------------------------------------------------------------------------
+oa = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
+check([m.id for m in oa.models.list().data] == [model], "/v1/models lists the served model")
+
+hello = [{"role": "user", "content": "Say hello in five words."}]
+greedy = dict(model=model, temperature=0, max_tokens=8)
+r = oa.chat.completions.create(messages=hello, **greedy)
+answer = r.choices[0].message.content
+check(answer, "chat answers")
+u = r.usage
+check(u.prompt_tokens > 5 and 0 < u.completion_tokens <= 8, f"chat usage {u}")
+check(u.total_tokens == u.prompt_tokens + u.completion_tokens, "total = prompt + completion")
+
+chunks = list(
+    oa.chat.completions.create(
+        messages=hello, stream=True, stream_options={"include_usage": True}, **greedy
+    )
+)
+streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+check(streamed == answer, f"streamed chat {streamed!r} == whole {answer!r}")
+finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+check(finishes == [r.choices[0].finish_reason], f"one finish_reason {finishes}")
+check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == u.completion_tokens,
+      "include_usage: the last chunk has the same usage")
+
+c = oa.completions.create(model=model, prompt="def add(a, b):", max_tokens=6, temperature=0)
+check(c.choices[0].finish_reason == "length" and c.usage.completion_tokens == 6,
+      f"max_tokens is exact: {c.usage}")
+text = c.choices[0].text
+parts = list(oa.completions.create(model=model, prompt="def add(a, b):", max_tokens=6,
+                                   temperature=0, stream=True))
+check("".join(p.choices[0].text for p in parts if p.choices) == text, "streamed completion")
+
+# Stop at a word of the greedy answer: the text ends right before it.
+words = [w for w in text.split() if len(w) > 1]
+if words:
+    s = oa.completions.create(model=model, prompt="def add(a, b):", max_tokens=6,
+                              temperature=0, stop=[words[-1]])
+    check(s.choices[0].finish_reason == "stop", "stop ends with finish_reason stop")
+    check(s.choices[0].text == text[: text.find(words[-1])], f"stop text {s.choices[0].text!r}")
+
+sampled = dict(model=model, messages=hello, max_tokens=8, temperature=1.0, top_p=1.0)
+a = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
+b = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
+check(a == b, f"same seed, same text: {a!r} vs {b!r}")
+
+e = raises(openai.NotFoundError, lambda: oa.chat.completions.create(
+    model="no-such-model", messages=hello, max_tokens=2), "unknown model is 404")
+check(e.body.get("code") == "model_not_found", f"OpenAI error shape: {e.body}")
+raises(openai.BadRequestError, lambda: oa.chat.completions.create(
+    model=model, messages=[], max_tokens=2), "no messages is 400")
+e = raises(openai.BadRequestError, lambda: oa.completions.create(
+    model=model, prompt="word " * 5000, max_tokens=2), "a prompt past the context is 400")
+check("tokens" in e.body.get("message", ""), f"the 400 says the numbers: {e.body}")
+bad = openai.OpenAI(base_url=base + "/v1", api_key="wrong", max_retries=0)
+raises(openai.AuthenticationError, lambda: bad.models.list(), "a wrong key is 401")
+
+# --- Ollama -------------------------------------------------------------------------------
+ol = ollama.Client(host=base, headers={"Authorization": f"Bearer {key}"})
+check(any(m.model == model for m in ol.list().models), "/api/tags lists the model")
+show = ol.show(model)
+check(show.details.format == "gguf" and show.modelinfo, f"/api/show {show.details}")
+check([m.model for m in ol.ps().models] == [model], "/api/ps shows the loaded model")
+
+opts = {"num_predict": 8, "temperature": 0, "seed": 1}
+r = ol.chat(model=model, messages=hello, options=opts)
+check(r.done and r.message.content, "ollama chat answers")
+check(r.message.content == answer, f"same greedy answer on both APIs: {r.message.content!r}")
+check(r.prompt_eval_count == u.prompt_tokens and r.eval_count == u.completion_tokens,
+      f"ollama counts {r.prompt_eval_count}/{r.eval_count}")
+check(r.total_duration >= r.prompt_eval_duration + r.eval_duration > 0, "durations in ns")
+parts = list(ol.chat(model=model, messages=hello, options=opts, stream=True))
+check("".join(p.message.content for p in parts) == r.message.content, "streamed ollama chat")
+check(parts[-1].done and not any(p.done for p in parts[:-1]), "only the last record is done")
+
+g = ol.generate(model=model, prompt="def add(a, b):", raw=True,
+                options={"num_predict": 6, "temperature": 0})
+check(g.response == text and g.eval_count == 6 and g.done_reason == "length",
+      f"raw generate == completion: {g.response!r}")
+gs = list(ol.generate(model=model, prompt="Name a color.", options={"num_predict": 4}, stream=True))
+check(gs[-1].done and gs[-1].eval_count <= 4, "streamed generate")
+
+e = raises(ollama.ResponseError, lambda: ol.chat(model="no-such-model", messages=hello),
+           "ollama: unknown model")
+check(e.status_code == 404, f"ollama 404: {e}")
+
+# --- Admission: a full queue is 429 with Retry-After; a client that leaves frees its slot ----
+# The server runs 2 sequences with 1 waiting request at most (--parallel 2 --queue 1).
+host, port = base.removeprefix("http://").split(":")
+auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+
+def long_stream():
+    body = json.dumps({"prompt": "Count to one thousand: 1, 2, 3,", "max_tokens": 900,
+                       "temperature": 0, "stream": True})
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    c.request("POST", "/v1/completions", body=body, headers=auth)
+    return c, c.getresponse()
+
+
+running = [long_stream() for _ in range(2)]
+for _, resp in running:
+    check(resp.status == 200 and resp.readline().startswith(b"data: "), "two streams run")
+waiting = long_stream()
+check(waiting[1].status == 200, "a third request waits")
+c, resp = long_stream()
+check(resp.status == 429 and resp.getheader("Retry-After"), "a fourth is 429 with Retry-After")
+check(json.loads(resp.read())["error"]["code"] == "server_busy", "429 in OpenAI's shape")
+c.close()
+for c, _ in running + [waiting]:
+    c.close()
+
+
+def gauge(name):
+    req = urllib.request.Request(base + "/metrics", headers=auth)
+    with urllib.request.urlopen(req) as h:
+        for line in h.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+
+
+deadline = time.monotonic() + 30
+while gauge("snug_running_sequences") != 0 and time.monotonic() < deadline:
+    time.sleep(0.1)
+check(gauge("snug_running_sequences") == 0 and gauge("snug_queue_depth") == 0,
+      "clients that left free their sequences at once")
+
+# --- Plain HTTP ---------------------------------------------------------------------------
+with urllib.request.urlopen(base + "/health") as h:
+    check(json.load(h)["status"] == "ok", "/health needs no key")
+req = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {key}"})
+with urllib.request.urlopen(req) as h:
+    m = h.read().decode()
+check('snug_http_requests_total{route="/v1/chat/completions",status="200"}' in m, "metrics by route")
+check("snug_generated_tokens_total" in m and "snug_queue_depth" in m, "token and queue metrics")
+try:
+    urllib.request.urlopen(base + "/v1/models")
+    raise AssertionError("no key: expected 401")
+except urllib.error.HTTPError as err:
+    check(err.code == 401 and "error" in json.load(err), "no key is 401 in OpenAI's shape")
+
+big = urllib.request.Request(base + "/v1/completions", data=b"x" * (5 << 20),
+                             headers={"Authorization": f"Bearer {key}"})
+try:
+    urllib.request.urlopen(big)
+    raise AssertionError("a 5 MiB body: expected 413")
+except urllib.error.HTTPError as err:
+    check(err.code == 413 and "error" in json.load(err), "a body past --max-body is 413")
+
+print(f"{checks} passed, 0 failed")

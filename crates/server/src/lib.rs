@@ -1,0 +1,220 @@
+//! `snug serve`: the OpenAI and Ollama HTTP APIs over snug's continuous-batching scheduler.
+//!
+//! Design: one thread ([`scheduler`]) owns the model's context and runs every admitted request
+//! in one forward pass per step; the HTTP side (axum on a single-threaded tokio runtime) only
+//! parses, renders chat templates, tokenizes and relays text, so it never competes with the
+//! forward pass for the CPUs. Each request gets an unbounded channel of [`scheduler::Event`]s
+//! that its handler turns into a JSON body, SSE (`data: …` ending in `data: [DONE]`, OpenAI) or
+//! NDJSON (Ollama). A handler dropped by a client that went away drops its receiver, and the
+//! scheduler frees that sequence's KV blocks at its next step.
+//!
+//! Admission: `--parallel N` sequences run at once (the KV cache is planned for N whole
+//! contexts, so a running request never runs out of blocks); up to `--queue` more wait; past
+//! that a request is refused at once with 429 and `Retry-After`. A prompt that can never fit
+//! the context is a 400 that says how many tokens it has and how many fit.
+//!
+//! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
+//! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
+//! with the served model's names, never opened ([`ModelCard::matches`]). Cost of the HTTP side:
+//! a template render and a tokenization per request, a small JSON encode per text piece.
+
+pub mod api;
+pub mod metrics;
+pub mod ollama;
+pub mod openai;
+pub mod scheduler;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use model::{Context, ContextParams, Model};
+use tokenizer::{ChatTemplate, Tokenizer};
+
+use crate::scheduler::{Handle, SchedulerOptions};
+
+/// How the server is run.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub host: String,
+    pub port: u16,
+    /// Required as `Authorization: Bearer KEY` when set.
+    pub api_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body: usize,
+    /// Requests waiting for a free sequence at most.
+    pub queue: usize,
+    /// Prefill tokens per step while other sequences decode (`None`: sized from step times).
+    pub prefill_chunk: Option<usize>,
+    /// The name clients use for the model (the alias or the file's stem).
+    pub name: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}; pick another --port or stop what uses it")]
+    Bind { addr: String, source: std::io::Error },
+    /// The weights could not be made resident for the context (the caller's words).
+    #[error("{0}")]
+    Attach(String),
+    #[error("the HTTP server failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the scheduler thread ended before its context was ready")]
+    SchedulerDied,
+}
+
+/// What the APIs tell about the served model.
+#[derive(Clone, Debug)]
+pub struct ModelCard {
+    pub name: String,
+    pub path: PathBuf,
+    pub size: u64,
+    pub arch: String,
+    pub n_params: u64,
+    /// The most common weight type of the layers (`Q4_K`, `Q8_0`...).
+    pub quant: String,
+    pub n_ctx_train: usize,
+    /// Modification time of the file, seconds since the epoch.
+    pub modified: u64,
+    /// A 64-bit fingerprint of name, size and modification time, in hex (not a sha256: hashing
+    /// gigabytes at start is not worth what clients do with it, which is display it).
+    pub digest: String,
+}
+
+impl ModelCard {
+    pub fn new(name: &str, path: &Path, model: &Model) -> ModelCard {
+        let f = &model.file;
+        let mut types: Vec<(String, u64)> = Vec::new();
+        for t in f.tensors.iter().filter(|t| t.name.starts_with("blk.")) {
+            let ty = t.ggml_type.to_string();
+            match types.iter_mut().find(|(n, _)| *n == ty) {
+                Some((_, b)) => *b += t.size,
+                None => types.push((ty, t.size)),
+            }
+        }
+        let quant = types.into_iter().max_by_key(|&(_, b)| b).map(|(t, _)| t).unwrap_or_default();
+        let modified = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let size = f.file_len();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes().chain(size.to_le_bytes()).chain(modified.to_le_bytes()) {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        ModelCard {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            size,
+            arch: f.architecture().unwrap_or("unknown").to_string(),
+            n_params: f.tensors.iter().map(|t| t.n_elements()).sum(),
+            quant,
+            n_ctx_train: model.config.n_ctx_train,
+            modified,
+            digest: format!("{h:016x}"),
+        }
+    }
+
+    /// True if a request's `model` names this model: its name, with or without Ollama's
+    /// `:latest` tag, or its file's name. Nothing else is ever looked up.
+    pub fn matches(&self, asked: &str) -> bool {
+        let asked = asked.strip_suffix(":latest").unwrap_or(asked);
+        let file = self.path.file_name().and_then(|s| s.to_str()).unwrap_or("");
+        let stem = self.path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        asked == self.name || asked == file || asked == stem
+    }
+
+    /// Parameters the way Ollama shows them: `494.0M`, `1.5B`.
+    pub fn parameter_size(&self) -> String {
+        let n = self.n_params as f64;
+        if n >= 1e9 {
+            format!("{:.1}B", n / 1e9)
+        } else {
+            format!("{:.1}M", n / 1e6)
+        }
+    }
+}
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub engine: Handle,
+    pub tok: Arc<Tokenizer>,
+    /// The chat template, or why the model's would not parse.
+    pub template: Result<ChatTemplate, String>,
+    pub card: ModelCard,
+    pub metrics: metrics::Metrics,
+    pub api_key: Option<String>,
+    pub started: Instant,
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Opens the server on `opts.host:opts.port` for `model` (read from `path`) in a context of
+/// `params`, and serves until Ctrl-C or SIGTERM. `attach` runs on the scheduler thread once
+/// the context exists (e.g. to make the weights resident as planned and hook a layer streamer);
+/// what it returns lives as long as the context.
+pub fn serve<R: 'static>(
+    model: Arc<Model>,
+    tok: Arc<Tokenizer>,
+    path: &Path,
+    params: ContextParams,
+    opts: ServeOptions,
+    attach: impl FnOnce(&Context) -> Result<R, String> + Send + 'static,
+) -> Result<(), ServeError> {
+    let card = ModelCard::new(&opts.name, path, &model);
+    let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
+    let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
+    let counters = scheduler::Counters::default();
+    let metrics = metrics::Metrics::new(&counters);
+    let engine = scheduler::spawn(tok.clone(), sched, counters, move || {
+        let ctx = Context::new(model, params);
+        let keep = attach(&ctx).map_err(ServeError::Attach)?;
+        Ok((ctx, keep))
+    })?;
+    let state = Arc::new(AppState {
+        engine,
+        tok,
+        template,
+        card,
+        metrics,
+        api_key: opts.api_key.clone(),
+        started: Instant::now(),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let addr = format!("{}:{}", opts.host, opts.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
+        let local: SocketAddr = listener.local_addr()?;
+        eprintln!(
+            "snug: serving {} on http://{local} — {} parallel sequences, context {} each, queue {}",
+            state.card.name, state.engine.n_seq, state.engine.n_ctx, state.engine.queue
+        );
+        let app = api::router(state, opts.max_body);
+        axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    eprintln!("snug: shutting down");
+}

@@ -1,0 +1,272 @@
+//! Ollama's API: `GET /`, `/api/version`, `/api/tags`, `/api/ps`; `POST /api/show`,
+//! `/api/chat`, `/api/generate`.
+//!
+//! Chat and generate stream NDJSON by default (one `{"…", "done": false}` record per text piece
+//! and a last record with `done: true`, `done_reason` and the durations in nanoseconds);
+//! `"stream": false` returns the last record with the whole text. `options` takes
+//! `num_predict`, `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `stop`, `repeat_penalty`,
+//! `repeat_last_n`, `presence_penalty`, `frequency_penalty`; `num_ctx` and others that would
+//! need a new context are ignored (the context is fixed when the server starts). `generate`
+//! applies the chat template to `prompt` (and `system`) unless `raw` is set; an empty prompt
+//! only answers that the model is loaded, as Ollama does.
+
+use std::time::{Duration, SystemTime};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokenizer::ChatMessage;
+
+use crate::api::{collect, event_body, parse, rfc3339, streamed, ApiError, Knobs, Shared, Style};
+use crate::scheduler::{Event, Finish, FinishReason};
+use crate::AppState;
+
+const S: Style = Style::Ollama;
+
+/// The Ollama version this API follows (clients compare it to enable features).
+const OLLAMA_VERSION: &str = "0.6.0";
+
+#[derive(Debug, Default, Deserialize)]
+struct Options {
+    num_predict: Option<i64>,
+    temperature: Option<f32>,
+    top_k: Option<i64>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    seed: Option<i64>,
+    stop: Option<Vec<String>>,
+    repeat_penalty: Option<f32>,
+    repeat_last_n: Option<i64>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    #[serde(default)]
+    messages: Vec<ChatMessage>,
+    stream: Option<bool>,
+    options: Option<Options>,
+}
+
+#[derive(Debug, Deserialize)]
+struct GenerateRequest {
+    model: Option<String>,
+    #[serde(default)]
+    prompt: String,
+    system: Option<String>,
+    #[serde(default)]
+    raw: bool,
+    stream: Option<bool>,
+    options: Option<Options>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ShowRequest {
+    model: Option<String>,
+    /// The older clients' name for `model`.
+    name: Option<String>,
+}
+
+fn done_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length | FinishReason::ContextFull => "length",
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// The fields of the last record: why it ended, the counts and durations (ns).
+fn final_fields(v: &mut Value, f: &Finish) {
+    let total = f.queued + f.prompt + f.generation;
+    v["done_reason"] = json!(done_reason(f.reason));
+    v["total_duration"] = json!(ns(total));
+    v["load_duration"] = json!(ns(f.queued));
+    v["prompt_eval_count"] = json!(f.n_prompt);
+    v["prompt_eval_duration"] = json!(ns(f.prompt));
+    v["eval_count"] = json!(f.n_gen);
+    v["eval_duration"] = json!(ns(f.generation));
+}
+
+/// Whether the answer is chat messages or plain `response` text.
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Generate,
+}
+
+fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
+    let mut v = json!({"model": model, "created_at": rfc3339(SystemTime::now()), "done": done});
+    match kind {
+        Kind::Chat => v["message"] = json!({"role": "assistant", "content": text}),
+        Kind::Generate => v["response"] = json!(text),
+    }
+    v
+}
+
+/// Queues `prompt` with `options` and answers as NDJSON records or one JSON object.
+async fn respond(
+    st: &AppState,
+    kind: Kind,
+    prompt: Vec<u32>,
+    options: Option<Options>,
+    stream: bool,
+) -> Result<Response, ApiError> {
+    let o = options.unwrap_or_default();
+    let knobs = Knobs {
+        temperature: o.temperature,
+        top_k: o.top_k,
+        top_p: o.top_p,
+        min_p: o.min_p,
+        seed: o.seed,
+        repeat_penalty: o.repeat_penalty,
+        repeat_last_n: o.repeat_last_n,
+        presence_penalty: o.presence_penalty,
+        frequency_penalty: o.frequency_penalty,
+    };
+    // Negative num_predict: until the context is full.
+    let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
+    let rx = st.submit(S, prompt, knobs.params(S)?, max, o.stop.unwrap_or_default())?;
+    let model = st.card.name.clone();
+    if stream {
+        let body = event_body(rx, move |ev| {
+            let v = match ev {
+                Event::Text(t) => record(kind, &model, &t, false),
+                Event::Done(f) => {
+                    let mut v = record(kind, &model, "", true);
+                    final_fields(&mut v, &f);
+                    v
+                }
+                Event::Failed(e) => json!({ "error": e }),
+            };
+            format!("{v}\n")
+        });
+        return Ok(streamed("application/x-ndjson", body));
+    }
+    let (text, f) = collect(S, rx).await?;
+    let mut v = record(kind, &model, &text, true);
+    final_fields(&mut v, &f);
+    Ok(axum::Json(v).into_response())
+}
+
+pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: ChatRequest = parse(S, body)?;
+        st.check_model(S, req.model.as_deref())?;
+        let prompt = st.chat_prompt(S, &req.messages)?;
+        respond(&st, Kind::Chat, prompt, req.options, req.stream.unwrap_or(true)).await
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: GenerateRequest = parse(S, body)?;
+        st.check_model(S, req.model.as_deref())?;
+        if req.prompt.is_empty() {
+            // Ollama's way to load a model: it is loaded.
+            let mut v = record(Kind::Generate, &st.card.name, "", true);
+            v["done_reason"] = json!("load");
+            return Ok(axum::Json(v).into_response());
+        }
+        let prompt = if req.raw {
+            st.tok.encode(&req.prompt, true, true)
+        } else {
+            let mut messages: Vec<ChatMessage> =
+                req.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
+            messages.push(ChatMessage::new("user", req.prompt.clone()));
+            st.chat_prompt(S, &messages)?
+        };
+        respond(&st, Kind::Generate, prompt, req.options, req.stream.unwrap_or(true)).await
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn root() -> &'static str {
+    "Ollama is running"
+}
+
+pub async fn version() -> Response {
+    axum::Json(json!({ "version": OLLAMA_VERSION })).into_response()
+}
+
+fn details(st: &AppState) -> Value {
+    json!({
+        "parent_model": "",
+        "format": "gguf",
+        "family": st.card.arch,
+        "families": [st.card.arch],
+        "parameter_size": st.card.parameter_size(),
+        "quantization_level": st.card.quant,
+    })
+}
+
+fn modified_at(st: &AppState) -> String {
+    rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(st.card.modified))
+}
+
+pub async fn tags(State(st): Shared) -> Response {
+    axum::Json(json!({"models": [{
+        "name": st.card.name,
+        "model": st.card.name,
+        "modified_at": modified_at(&st),
+        "size": st.card.size,
+        "digest": st.card.digest,
+        "details": details(&st),
+    }]}))
+    .into_response()
+}
+
+pub async fn ps(State(st): Shared) -> Response {
+    // Loaded for the server's life: it expires when the server stops.
+    let expires = SystemTime::now() + Duration::from_secs(365 * 86_400);
+    axum::Json(json!({"models": [{
+        "name": st.card.name,
+        "model": st.card.name,
+        "size": st.card.size,
+        "digest": st.card.digest,
+        "details": details(&st),
+        "expires_at": rfc3339(expires),
+        "size_vram": 0,
+        "context_length": st.engine.n_ctx,
+    }]}))
+    .into_response()
+}
+
+pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: ShowRequest = parse(S, body)?;
+        let asked = req.model.or(req.name).unwrap_or_default();
+        if asked.is_empty() {
+            return Err(ApiError::bad_request(
+                S,
+                "model is required: the name of the model to show",
+            ));
+        }
+        st.check_model(S, Some(&asked))?;
+        let c = &st.card;
+        let template = st.template.as_ref().map(|t| t.source().to_string()).unwrap_or_default();
+        let mut info = serde_json::Map::new();
+        info.insert("general.architecture".into(), json!(c.arch));
+        info.insert("general.parameter_count".into(), json!(c.n_params));
+        info.insert(format!("{}.context_length", c.arch), json!(c.n_ctx_train));
+        Ok(axum::Json(json!({
+            "modelfile": format!("# served by snug\nFROM {}\n", c.path.display()),
+            "parameters": "",
+            "template": template,
+            "details": details(&st),
+            "model_info": info,
+            "capabilities": ["completion"],
+            "modified_at": modified_at(&st),
+        }))
+        .into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}

@@ -1,0 +1,316 @@
+//! OpenAI's API: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`.
+//!
+//! Streaming is SSE: one `data: {chunk}` per text piece, a last chunk with `finish_reason`, with
+//! `stream_options.include_usage` a chunk with empty `choices` and the `usage`, then
+//! `data: [DONE]`. `usage` counts are exact: the prompt's tokens after the chat template, the
+//! tokens generated (an end-of-generation token is not counted). Not supported (400): `n` > 1;
+//! `logprobs` is ignored.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokenizer::ChatMessage;
+
+use crate::api::{collect, event_body, parse, streamed, ApiError, Knobs, Shared, Stop, Style};
+use crate::scheduler::{Event, Finish, FinishReason};
+use crate::unix_now;
+
+const S: Style = Style::OpenAi;
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// The fields both completion routes take.
+#[derive(Debug, Default, Deserialize)]
+struct Common {
+    model: Option<String>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i64>,
+    min_p: Option<f32>,
+    seed: Option<i64>,
+    stop: Option<Stop>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    repeat_penalty: Option<f32>,
+    n: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    messages: Vec<Value>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    prompt: Value,
+    #[serde(flatten)]
+    common: Common,
+}
+
+fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length | FinishReason::ContextFull => "length",
+    }
+}
+
+fn usage(f: &Finish) -> Value {
+    json!({
+        "prompt_tokens": f.n_prompt,
+        "completion_tokens": f.n_gen,
+        "total_tokens": f.n_prompt + f.n_gen,
+    })
+}
+
+fn next_id(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{:x}{:06x}", unix_now(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A message's text: a string, or the `text` of its content parts.
+fn message(v: Value) -> Result<ChatMessage, ApiError> {
+    let Value::Object(mut m) = v else {
+        return Err(ApiError::bad_request(
+            S,
+            "each message must be an object with role and content",
+        ));
+    };
+    let role = match m.remove("role") {
+        Some(Value::String(r)) => r,
+        _ => {
+            return Err(ApiError::bad_request(
+                S,
+                "a message has no role (system, user, assistant…)",
+            ))
+        }
+    };
+    let content = match m.remove("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s,
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    (ty, _) => {
+                        return Err(ApiError::bad_request(
+                            S,
+                            format!("content part of type {ty:?} is not supported: this model reads text parts only"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                S,
+                "message content must be a string or a list of text parts",
+            ))
+        }
+    };
+    Ok(ChatMessage { role, content, extra: m })
+}
+
+/// Checks the model and `n`, then queues the prompt with the request's settings.
+fn start(
+    st: &crate::AppState,
+    c: &Common,
+    prompt: Vec<u32>,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<Event>, ApiError> {
+    if c.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request(
+            S,
+            "n must be 1: this server returns one choice per request",
+        ));
+    }
+    let knobs = Knobs {
+        temperature: c.temperature,
+        top_k: c.top_k,
+        top_p: c.top_p,
+        min_p: c.min_p,
+        seed: c.seed,
+        repeat_penalty: c.repeat_penalty,
+        presence_penalty: c.presence_penalty,
+        frequency_penalty: c.frequency_penalty,
+        ..Default::default()
+    };
+    let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
+    st.submit(S, prompt, knobs.params(S)?, max, Stop::into_vec(c.stop.clone()))
+}
+
+/// Which route: the object names and how a piece of text sits in a choice.
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Kind::Chat => "chatcmpl",
+            Kind::Text => "cmpl",
+        }
+    }
+
+    fn object(self, chunk: bool) -> &'static str {
+        match (self, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    fn choice(self, text: Option<&str>, finish: Option<&'static str>, whole: bool) -> Value {
+        match self {
+            Kind::Chat if whole => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text.unwrap_or("")},
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+            Kind::Chat => {
+                let delta = text.map_or(json!({}), |t| json!({"content": t}));
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Text => json!({
+                "index": 0,
+                "text": text.unwrap_or(""),
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        }
+    }
+}
+
+async fn respond(
+    st: &crate::AppState,
+    kind: Kind,
+    c: &Common,
+    prompt: Vec<u32>,
+) -> Result<Response, ApiError> {
+    let rx = start(st, c, prompt)?;
+    let (id, created, model) = (next_id(kind.id_prefix()), unix_now(), st.card.name.clone());
+    let frame = move |choices: Value, usage: Option<Value>| {
+        let mut v = json!({
+            "id": id, "object": kind.object(true), "created": created, "model": model,
+            "system_fingerprint": "snug", "choices": choices,
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        format!("data: {v}\n\n")
+    };
+    if c.stream {
+        let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let mut first = matches!(kind, Kind::Chat);
+        let body = event_body(rx, move |ev| match ev {
+            Event::Text(t) => {
+                let mut out = String::new();
+                if std::mem::take(&mut first) {
+                    let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
+                    out += &frame(role, None);
+                }
+                out + &frame(json!([kind.choice(Some(&t), None, false)]), None)
+            }
+            Event::Done(f) => {
+                let mut out =
+                    frame(json!([kind.choice(None, Some(finish_reason(f.reason)), false)]), None);
+                if include_usage {
+                    out += &frame(json!([]), Some(usage(&f)));
+                }
+                out + "data: [DONE]\n\n"
+            }
+            Event::Failed(e) => {
+                let err = json!({"error": {"message": e, "type": "server_error", "code": null}});
+                format!("data: {err}\n\ndata: [DONE]\n\n")
+            }
+        });
+        return Ok(streamed("text/event-stream", body));
+    }
+    let (text, f) = collect(S, rx).await?;
+    Ok(axum::Json(json!({
+        "id": next_id(kind.id_prefix()),
+        "object": kind.object(false),
+        "created": unix_now(),
+        "model": st.card.name,
+        "system_fingerprint": "snug",
+        "choices": [kind.choice(Some(&text), Some(finish_reason(f.reason)), true)],
+        "usage": usage(&f),
+    }))
+    .into_response())
+}
+
+pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: ChatRequest = parse(S, body)?;
+        st.check_model(S, req.common.model.as_deref())?;
+        let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+        let prompt = st.chat_prompt(S, &messages)?;
+        respond(&st, Kind::Chat, &req.common, prompt).await
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: CompletionRequest = parse(S, body)?;
+        st.check_model(S, req.common.model.as_deref())?;
+        let prompt = match &req.prompt {
+            Value::String(s) => st.tok.encode(s, true, true),
+            Value::Array(a) if a.len() == 1 && a[0].is_string() => {
+                st.tok.encode(a[0].as_str().unwrap_or(""), true, true)
+            }
+            Value::Array(a) if a.iter().all(Value::is_u64) => {
+                let n_vocab = st.tok.n_vocab() as u64;
+                a.iter()
+                    .map(|v| v.as_u64().filter(|&t| t < n_vocab).map(|t| t as u32))
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            S,
+                            format!("a prompt token id is outside the vocabulary of {n_vocab}"),
+                        )
+                    })?
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    S,
+                    "prompt must be a string, a list of one string, or a list of token ids",
+                ))
+            }
+        };
+        respond(&st, Kind::Text, &req.common, prompt).await
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn models(State(st): Shared) -> Response {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": st.card.name,
+            "object": "model",
+            "created": st.card.modified,
+            "owned_by": "snug",
+        }],
+    }))
+    .into_response()
+}

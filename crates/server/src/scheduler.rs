@@ -1,0 +1,519 @@
+//! The continuous-batching scheduler: one thread owns the [`Context`] and runs every admitted
+//! request in it at once.
+//!
+//! Requests ([`Job`]s) arrive on a bounded channel: its capacity is the wait queue, and a full
+//! queue refuses at once ([`Refused::Busy`], the HTTP layer's 429) instead of queueing without
+//! end. The thread takes a job from the channel only when one of the `n_seq` slots (KV sequences)
+//! is free. Each step builds ONE [`Batch`]: every decoding sequence's last token, then prefill
+//! chunks of the prompts still being read, oldest first. While sequences decode, the prefill
+//! chunk is sized from measured step times so that a step with prefill costs about twice a
+//! decode-only step ([`ChunkSizer`]): a long prompt arriving slows running streams by at most
+//! that, and is read at nearly full speed once nothing else decodes. Each sequence samples from
+//! its own output row with its own [`Sampler`] (seed, penalties), detokenizes with its own
+//! [`StreamDecoder`] and watches its own stop strings; text goes back on the job's unbounded
+//! channel, so the scheduler never blocks on a slow client. A client that goes away closes that
+//! channel: its sequence is dropped at the next step and its KV blocks return to the pool then.
+//!
+//! Batch invariance: matmul rows and attention rows are computed per token by the same kernels
+//! in the same order whatever else is in the batch, so a greedy answer alone equals the same
+//! answer beside others, byte for byte (tested in `tests/scheduler.rs` on qwen2.5-coder-0.5b at
+//! 2 threads). One exception in the model crate: attention splits a lone decode token's keys
+//! across threads (split-K) when there are fewer (token, KV head) items than twice the threads,
+//! which changes the summation order — models with fewer KV heads than threads (or 4+ threads
+//! with 2 KV heads) are then not invariant between a lone sequence and a full batch.
+//!
+//! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
+//! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
+//! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::{Sampler, SamplerParams, StopMatcher};
+use model::{Batch, Context};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use tokenizer::{StreamDecoder, Tokenizer};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::ServeError;
+
+/// One request for the scheduler.
+pub struct Job {
+    /// The prompt's tokens (at least one, at most the context less one).
+    pub prompt: Vec<u32>,
+    pub sampling: SamplerParams,
+    /// Tokens to generate at most (the context's end stops earlier).
+    pub max_tokens: usize,
+    /// Text that ends generation (not included in the output).
+    pub stop: Vec<String>,
+    /// Where the answer goes.
+    pub events: UnboundedSender<Event>,
+}
+
+/// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
+#[derive(Debug)]
+pub enum Event {
+    Text(String),
+    Done(Finish),
+    Failed(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The context filled up.
+    ContextFull,
+}
+
+/// How a job ended, with its exact token counts and timings.
+#[derive(Clone, Copy, Debug)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    /// From submission to a free slot.
+    pub queued: Duration,
+    /// From admission to the first sampled token (prompt processing).
+    pub prompt: Duration,
+    /// From the first sampled token to the end.
+    pub generation: Duration,
+}
+
+/// Why a job was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("the server is busy: all {slots} sequences are running and {queue} requests are waiting; retry shortly")]
+    Busy { slots: usize, queue: usize },
+    #[error("the prompt has {n_prompt} tokens but the context holds {n_ctx} positions (a prompt may use at most {max}); shorten it")]
+    TooLong { n_prompt: usize, n_ctx: usize, max: usize },
+    #[error("the prompt is empty: give at least one token of text")]
+    Empty,
+    #[error("the scheduler has stopped")]
+    Down,
+}
+
+/// What the scheduler counts for the metrics endpoint (prometheus-client handles: cloning one
+/// shares its value, so the registry and the scheduler hold the same numbers).
+#[derive(Clone, Debug)]
+pub struct Counters {
+    /// Requests waiting for a slot.
+    pub queued: Gauge,
+    /// Sequences running.
+    pub running: Gauge,
+    /// Prompt tokens computed and tokens generated.
+    pub prompt_tokens: Counter,
+    pub generated_tokens: Counter,
+    /// Seconds from admission to the first token, and between a sequence's tokens.
+    pub ttft: Histogram,
+    pub itl: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            queued: Gauge::default(),
+            running: Gauge::default(),
+            prompt_tokens: Counter::default(),
+            generated_tokens: Counter::default(),
+            ttft: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            itl: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
+        }
+    }
+}
+
+/// The submitting side, shared by the HTTP handlers.
+#[derive(Clone)]
+pub struct Handle {
+    tx: SyncSender<(Job, Instant)>,
+    pub counters: Counters,
+    pub n_seq: usize,
+    pub queue: usize,
+    pub n_ctx: usize,
+}
+
+impl Handle {
+    /// Queues `job`, or refuses at once when it can never run or the queue is full.
+    pub fn submit(&self, job: Job) -> Result<(), Refused> {
+        if job.prompt.is_empty() {
+            return Err(Refused::Empty);
+        }
+        let max = self.n_ctx.saturating_sub(1);
+        if job.prompt.len() > max {
+            return Err(Refused::TooLong { n_prompt: job.prompt.len(), n_ctx: self.n_ctx, max });
+        }
+        self.counters.queued.inc();
+        self.tx.try_send((job, Instant::now())).map_err(|e| {
+            self.counters.queued.dec();
+            match e {
+                TrySendError::Full(_) => Refused::Busy { slots: self.n_seq, queue: self.queue },
+                TrySendError::Disconnected(_) => Refused::Down,
+            }
+        })
+    }
+
+    /// [`Handle::submit`] with a fresh channel: the receiver of the job's events.
+    pub fn start(
+        &self,
+        prompt: Vec<u32>,
+        sampling: SamplerParams,
+        max_tokens: usize,
+        stop: Vec<String>,
+    ) -> Result<UnboundedReceiver<Event>, Refused> {
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.submit(Job { prompt, sampling, max_tokens, stop, events })?;
+        Ok(rx)
+    }
+}
+
+/// Scheduler settings.
+#[derive(Clone, Copy, Debug)]
+pub struct SchedulerOptions {
+    /// Requests waiting for a slot at most; past that, [`Refused::Busy`].
+    pub queue: usize,
+    /// Prefill tokens per step while others decode; `None`: sized from step times.
+    pub prefill_chunk: Option<usize>,
+}
+
+/// Starts the scheduler thread on a context built by `make` (called on that thread, so the
+/// context never crosses threads; `make` returns whatever must live as long as the context, such
+/// as the weights' residence). Returns once `make` has run, with its error if it failed.
+pub fn spawn<R: 'static>(
+    tok: Arc<Tokenizer>,
+    opts: SchedulerOptions,
+    counters: Counters,
+    make: impl FnOnce() -> Result<(Context, R), ServeError> + Send + 'static,
+) -> Result<Handle, ServeError> {
+    let queue = opts.queue.max(1);
+    let (tx, rx) = mpsc::sync_channel(queue);
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let c = counters.clone();
+    std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
+        Ok((ctx, keep)) => {
+            let _ = ready_tx.send(Ok((ctx.params.n_seq_max, ctx.params.n_ctx)));
+            Scheduler::new(ctx, tok, rx, c, opts).run();
+            drop(keep);
+        }
+        Err(e) => {
+            let _ = ready_tx.send(Err(e));
+        }
+    })?;
+    let (n_seq, n_ctx) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
+    Ok(Handle { tx, counters, n_seq, queue, n_ctx })
+}
+
+/// One running request in a slot.
+struct Seq {
+    job: Job,
+    sampler: Sampler,
+    decoder: StreamDecoder<Arc<Tokenizer>>,
+    stops: StopMatcher,
+    /// Positions written to the KV cache.
+    n_past: usize,
+    /// The token to feed next once the prompt is read.
+    next: u32,
+    n_gen: usize,
+    /// A stop string ended the answer (nothing held back is emitted).
+    stop_hit: bool,
+    submitted: Instant,
+    admitted: Instant,
+    first: Option<Instant>,
+    /// When the last token was sampled.
+    last: Option<Instant>,
+}
+
+impl Seq {
+    fn prefilling(&self) -> bool {
+        self.n_past < self.job.prompt.len()
+    }
+
+    fn finish(&self, reason: FinishReason) -> Finish {
+        let now = Instant::now();
+        let first = self.first.unwrap_or(now);
+        Finish {
+            reason,
+            n_prompt: self.job.prompt.len(),
+            n_gen: self.n_gen,
+            queued: self.admitted - self.submitted,
+            prompt: first - self.admitted,
+            generation: now - first,
+        }
+    }
+}
+
+/// Prefill chunk size while others decode: the number of prompt tokens that cost about one
+/// decode-only step, from exponential averages of both (at least [`ChunkSizer::MIN`]).
+struct ChunkSizer {
+    /// Seconds of a decode-only step.
+    decode_step: f64,
+    /// Extra seconds per prefill token in a mixed step.
+    per_token: f64,
+}
+
+impl ChunkSizer {
+    const MIN: usize = 16;
+    const ALPHA: f64 = 0.2;
+
+    fn observe(&mut self, secs: f64, n_decode: usize, n_prefill: usize) {
+        let avg =
+            |old: f64, new: f64| if old == 0.0 { new } else { old + Self::ALPHA * (new - old) };
+        if n_prefill == 0 && n_decode > 0 {
+            self.decode_step = avg(self.decode_step, secs);
+        } else if n_prefill > 0 && n_decode > 0 && self.decode_step > 0.0 {
+            let extra = (secs - self.decode_step).max(0.0) / n_prefill as f64;
+            self.per_token = avg(self.per_token, extra);
+        } else if n_prefill > 0 {
+            self.per_token = avg(self.per_token, secs / n_prefill as f64);
+        }
+    }
+
+    fn chunk(&self, ubatch: usize) -> usize {
+        if self.per_token <= 0.0 || self.decode_step <= 0.0 {
+            return Self::MIN.max(ubatch / 8).min(ubatch);
+        }
+        ((self.decode_step / self.per_token) as usize).clamp(Self::MIN, ubatch.max(Self::MIN))
+    }
+}
+
+struct Scheduler {
+    ctx: Context,
+    tok: Arc<Tokenizer>,
+    rx: Receiver<(Job, Instant)>,
+    counters: Counters,
+    opts: SchedulerOptions,
+    slots: Vec<Option<Seq>>,
+    /// Slots in admission order (prefill goes oldest first).
+    order: VecDeque<usize>,
+    batch: Batch,
+    /// Slot of each output row of the batch.
+    rows: Vec<usize>,
+    sizer: ChunkSizer,
+}
+
+impl Scheduler {
+    fn new(
+        ctx: Context,
+        tok: Arc<Tokenizer>,
+        rx: Receiver<(Job, Instant)>,
+        counters: Counters,
+        opts: SchedulerOptions,
+    ) -> Scheduler {
+        let n_seq = ctx.params.n_seq_max.max(1);
+        Scheduler {
+            ctx,
+            tok,
+            rx,
+            counters,
+            opts,
+            slots: (0..n_seq).map(|_| None).collect(),
+            order: VecDeque::new(),
+            batch: Batch::default(),
+            rows: Vec::new(),
+            sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            if !self.admit() {
+                return;
+            }
+            self.drop_cancelled();
+            if self.order.is_empty() {
+                continue;
+            }
+            self.step();
+        }
+    }
+
+    /// Moves waiting jobs into free slots; blocks when nothing runs. False once every
+    /// submitter is gone and nothing runs.
+    fn admit(&mut self) -> bool {
+        while let Some(slot) = self.slots.iter().position(Option::is_none) {
+            let next = if self.order.is_empty() {
+                match self.rx.recv() {
+                    Ok(j) => j,
+                    Err(_) => return false,
+                }
+            } else {
+                match self.rx.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            self.counters.queued.dec();
+            let (job, submitted) = next;
+            if job.events.is_closed() {
+                continue;
+            }
+            let n_vocab = self.ctx.config().n_vocab;
+            let mut sampler = Sampler::new(job.sampling.clone(), n_vocab);
+            for &t in &job.prompt {
+                sampler.accept(t);
+            }
+            self.slots[slot] = Some(Seq {
+                sampler,
+                decoder: StreamDecoder::new(self.tok.clone()),
+                stops: StopMatcher::new(&job.stop),
+                n_past: 0,
+                next: 0,
+                n_gen: 0,
+                stop_hit: false,
+                submitted,
+                admitted: Instant::now(),
+                first: None,
+                last: None,
+                job,
+            });
+            self.order.push_back(slot);
+            self.counters.running.inc();
+        }
+        true
+    }
+
+    /// Frees the slot (and at once its KV blocks) of every job whose client went away.
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&s| self.slots[s].as_ref().is_some_and(|q| q.job.events.is_closed()))
+            .collect();
+        for s in gone {
+            self.release(s);
+        }
+    }
+
+    /// Empties `slot` and frees its KV blocks; returns what ran there.
+    fn release(&mut self, slot: usize) -> Option<Seq> {
+        let q = self.slots[slot].take()?;
+        self.ctx.kv.seq_clear(slot);
+        self.order.retain(|&s| s != slot);
+        self.counters.running.dec();
+        Some(q)
+    }
+
+    /// One forward pass: every decoding sequence's token, then prefill chunks; then sampling.
+    fn step(&mut self) {
+        self.batch.clear();
+        self.rows.clear();
+        for &s in &self.order {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            if !q.prefilling() {
+                self.batch.push(q.next, q.n_past, s, true);
+                self.rows.push(s);
+            }
+        }
+        let n_decode = self.batch.len();
+        let ubatch = self.ctx.params.n_ubatch.max(1);
+        let mut budget = if n_decode == 0 {
+            ubatch
+        } else {
+            self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch))
+        };
+        for &s in &self.order {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            if budget == 0 {
+                break;
+            }
+            if !q.prefilling() {
+                continue;
+            }
+            let n = (q.job.prompt.len() - q.n_past).min(budget);
+            for i in 0..n {
+                let pos = q.n_past + i;
+                let last = pos + 1 == q.job.prompt.len();
+                self.batch.push(q.job.prompt[pos], pos, s, last);
+                if last {
+                    self.rows.push(s);
+                }
+            }
+            budget -= n;
+        }
+        let n_prefill = self.batch.len() - n_decode;
+        let t0 = Instant::now();
+        if let Err(e) = self.ctx.decode(&self.batch) {
+            // Nothing changed (a batch is checked whole first): fail the jobs in it.
+            let msg = format!("the forward pass failed: {e}");
+            let in_batch: Vec<usize> = self.order.iter().copied().collect();
+            for s in in_batch {
+                if let Some(q) = self.release(s) {
+                    let _ = q.job.events.send(Event::Failed(msg.clone()));
+                }
+            }
+            return;
+        }
+        // Positions written.
+        for i in 0..self.batch.len() {
+            if let Some(q) = self.slots[self.batch.seq[i]].as_mut() {
+                q.n_past = q.n_past.max(self.batch.pos[i] + 1);
+            }
+        }
+        self.counters.prompt_tokens.inc_by(n_prefill as u64);
+        let rows = std::mem::take(&mut self.rows);
+        for (row, &s) in rows.iter().enumerate() {
+            if let Some(reason) = self.sample(row, s) {
+                // The slot is free before the client hears that the job is done.
+                let Some(mut q) = self.release(s) else { continue };
+                // Text held back for a possible stop string is released at the end, unless a
+                // stop string ended the answer.
+                if !q.stop_hit {
+                    let rest = q.stops.finish(&q.decoder.flush());
+                    if !rest.is_empty() {
+                        let _ = q.job.events.send(Event::Text(rest));
+                    }
+                }
+                let _ = q.job.events.send(Event::Done(q.finish(reason)));
+            }
+        }
+        self.rows = rows;
+        let secs = t0.elapsed().as_secs_f64();
+        self.sizer.observe(secs, n_decode, n_prefill);
+    }
+
+    /// Samples slot `s`'s next token from output row `row` and streams its text; the reason to
+    /// stop, if it is done.
+    fn sample(&mut self, row: usize, s: usize) -> Option<FinishReason> {
+        let n_ctx = self.ctx.params.n_ctx;
+        let logits = self.ctx.logits(row);
+        let q = self.slots[s].as_mut().expect("sampled slots are occupied");
+        let tok = q.sampler.sample(logits);
+        q.sampler.accept(tok);
+        let now = Instant::now();
+        match q.last {
+            None => self.counters.ttft.observe((now - q.admitted).as_secs_f64()),
+            Some(t) => self.counters.itl.observe((now - t).as_secs_f64()),
+        }
+        q.first.get_or_insert(now);
+        q.last = Some(now);
+        if self.tok.is_eog(tok) {
+            return Some(FinishReason::Stop);
+        }
+        q.n_gen += 1;
+        self.counters.generated_tokens.inc();
+        let piece = q.decoder.push(tok);
+        let (text, hit) = q.stops.push(&piece);
+        if !text.is_empty() && q.job.events.send(Event::Text(text)).is_err() {
+            // The client is gone: the slot is freed before the next step.
+            return None;
+        }
+        if hit {
+            q.stop_hit = true;
+            return Some(FinishReason::Stop);
+        }
+        if q.n_gen >= q.job.max_tokens {
+            return Some(FinishReason::Length);
+        }
+        if q.n_past >= n_ctx {
+            return Some(FinishReason::ContextFull);
+        }
+        q.next = tok;
+        None
+    }
+}
