@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Aggregate generation throughput of an OpenAI-compatible server (`snug serve`, `llama-server`)
+with N concurrent streaming clients.
+
+Each client sends the same kind of request (a short code prompt, greedy, `max_tokens` tokens)
+over `/v1/completions` with `stream: true` and `stream_options.include_usage`, `rounds` times in
+a row; the prompts differ per client so no server can share their work. Reported per N: the
+generated tokens of all clients over the wall time (aggregate tok/s), the median time to first
+token, and the median and p95 time between tokens of one stream.
+
+Usage: bench_serve.py BASE_URL [--n 1,2,4,8] [--max-tokens 64] [--rounds 2] [--model NAME]
+                      [--api-key KEY]
+Standard library only.
+"""
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.request
+
+PROMPTS = [
+    "def quicksort(items):",
+    "// Binary search in C\nint bsearch(const int *a, int n, int key) {",
+    "class LinkedList:\n    def __init__(self):",
+    "fn parse_args() -> Args {",
+    "def merge_sorted(a, b):",
+    "function debounce(fn, ms) {",
+    "def is_prime(n):",
+    "SELECT customers.name, COUNT(orders.id)",
+]
+
+
+API_KEY = ""
+
+
+def one(base, model, prompt, max_tokens, out):
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        body["model"] = model
+    req = urllib.request.Request(
+        base + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
+    )
+    t0 = time.monotonic()
+    stamps, tokens = [], 0
+    with urllib.request.urlopen(req) as r:
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                stamps.append(time.monotonic())
+    out.append((t0, stamps, tokens))
+
+
+def run(base, model, n, max_tokens, rounds):
+    results = []
+
+    def client(i):
+        for r in range(rounds):
+            one(base, model, PROMPTS[(i + r * n) % len(PROMPTS)], max_tokens, results)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    total = sum(tok for _, _, tok in results)
+    ttft = [s[0] - t for t, s, _ in results if s]
+    gaps = [b - a for _, s, _ in results for a, b in zip(s, s[1:])]
+    p95 = sorted(gaps)[int(0.95 * (len(gaps) - 1))] if gaps else 0.0
+    return {
+        "n": n,
+        "tokens": total,
+        "wall_s": round(wall, 2),
+        "tok_s": round(total / wall, 2),
+        "ttft_median_s": round(statistics.median(ttft), 3) if ttft else None,
+        "itl_median_ms": round(1000 * statistics.median(gaps), 1) if gaps else None,
+        "itl_p95_ms": round(1000 * p95, 1),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("base")
+    ap.add_argument("--n", default="1,2,4,8")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="")
+    ap.add_argument("--api-key", default="")
+    a = ap.parse_args()
+    global API_KEY
+    API_KEY = a.api_key
+    # Warm-up: page in the weights.
+    one(a.base, a.model, PROMPTS[0], 4, [])
+    print("| clients | generated tokens | wall s | aggregate tok/s | TTFT median s | ITL median ms | ITL p95 ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for n in [int(x) for x in a.n.split(",")]:
+        r = run(a.base, a.model, n, a.max_tokens, a.rounds)
+        print(f"| {r['n']} | {r['tokens']} | {r['wall_s']} | {r['tok_s']} | {r['ttft_median_s']} "
+              f"| {r['itl_median_ms']} | {r['itl_p95_ms']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
