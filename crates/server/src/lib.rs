@@ -53,8 +53,8 @@ pub struct ServeOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {source}; pick another --port or stop what uses it")]
-    Bind { addr: String, source: std::io::Error },
+    #[error("cannot listen on {addr}: {reason}; pick another --port or stop what uses it")]
+    Bind { addr: String, reason: std::io::Error },
     /// The weights could not be made resident for the context (the caller's words).
     #[error("{0}")]
     Attach(String),
@@ -190,7 +190,7 @@ pub fn serve<R: 'static>(
         let addr = format!("{}:{}", opts.host, opts.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
+            .map_err(|reason| ServeError::Bind { addr: addr.clone(), reason })?;
         let local: SocketAddr = listener.local_addr()?;
         eprintln!(
             "snug: serving {} on http://{local} — {} parallel sequences, context {} each, queue {}",
