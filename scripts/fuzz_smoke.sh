@@ -24,9 +24,10 @@ for t in "${targets[@]}"; do
     # vocab_from_gguf's inputs are whole (small) vocabularies; the others stay at 4 KB.
     opts=(-rss_limit_mb=1024 -max_total_time="$secs" -print_final_stats=1)
     [ "$t" = vocab_from_gguf ] && opts+=(-max_len=8192)
+    [ -f "dicts/$t.dict" ] && opts+=(-dict="$PWD/dicts/$t.dict")
     mkdir -p "$scratch/$t" "corpus/$t"
     log="$scratch/$t.log"
-    nice -n 19 cargo fuzz run "${flags[@]}" "$t" "$scratch/$t" "corpus/$t" -- "${opts[@]}" >"$log" 2>&1
+    nice -n 19 cargo fuzz run "${flags[@]}" "$t" "$scratch/$t" "$PWD/corpus/$t" -- "${opts[@]}" >"$log" 2>&1
     rc=$?
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
     cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
