@@ -10,6 +10,8 @@ token, and the median and p95 time between tokens of one stream.
 
 Usage: bench_serve.py BASE_URL [--n 1,2,4,8] [--max-tokens 64] [--rounds 2] [--model NAME]
                       [--api-key KEY]
+       bench_serve.py BASE_URL --long-prompt 2000 --n 2 --max-tokens 400
+         (p95 inter-token time of 2 streams before and while a 2000-word prompt is read)
 Standard library only.
 """
 
@@ -94,6 +96,37 @@ def run(base, model, n, max_tokens, rounds):
     }
 
 
+def interference(base, model, n, prompt_words, max_tokens):
+    """p95 inter-token time of `n` running streams before and while one long prompt is read."""
+    results = []
+    threads = [threading.Thread(target=one, args=(base, model, PROMPTS[i], max_tokens, results))
+               for i in range(n)]
+    for t in threads:
+        t.start()
+    time.sleep(3.0)
+    long_req = urllib.request.Request(
+        base + "/v1/completions",
+        data=json.dumps({"prompt": "word " * prompt_words, "max_tokens": 1,
+                         **({"model": model} if model else {})}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
+    )
+    t0 = time.monotonic()
+    with urllib.request.urlopen(long_req) as r:
+        n_prompt = json.load(r)["usage"]["prompt_tokens"]
+    t1 = time.monotonic()
+    for t in threads:
+        t.join()
+
+    def p95(gaps):
+        return round(1000 * sorted(gaps)[int(0.95 * (len(gaps) - 1))], 1) if gaps else None
+
+    before = [b - a for _, st, _ in results for a, b in zip(st, st[1:]) if b < t0]
+    during = [b - a for _, st, _ in results for a, b in zip(st, st[1:]) if t0 <= b <= t1]
+    print(f"{n} streams; a {n_prompt}-token prompt read in {t1 - t0:.1f} s; inter-token p95 "
+          f"before {p95(before)} ms ({len(before)} gaps), during {p95(during)} ms "
+          f"({len(during)} gaps)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("base")
@@ -102,9 +135,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="")
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--long-prompt", type=int, default=0,
+                    help="instead: p95 inter-token time of --n streams while a prompt of this "
+                    "many words is read")
     a = ap.parse_args()
     global API_KEY
     API_KEY = a.api_key
+    if a.long_prompt:
+        interference(a.base, a.model, int(a.n.split(",")[0]), a.long_prompt, a.max_tokens)
+        return
     # Warm-up: page in the weights.
     one(a.base, a.model, PROMPTS[0], 4, [])
     print("| clients | generated tokens | wall s | aggregate tok/s | TTFT median s | ITL median ms | ITL p95 ms |")

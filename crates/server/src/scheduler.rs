@@ -257,7 +257,10 @@ struct ChunkSizer {
 }
 
 impl ChunkSizer {
-    const MIN: usize = 16;
+    /// A floor that keeps prompts moving. It is low on purpose: on 2 busy vCPUs a prompt token
+    /// cost 75 ms beside a 250 ms decode step, and a floor of 16 made those steps 6× slower
+    /// (BENCHMARKS.md, `snug serve` under a long prompt).
+    const MIN: usize = 4;
     const ALPHA: f64 = 0.2;
 
     fn observe(&mut self, secs: f64, n_decode: usize, n_prefill: usize) {
