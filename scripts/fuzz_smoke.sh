@@ -22,7 +22,8 @@ trap 'rm -rf "$scratch"' EXIT
 failed=()
 for t in "${targets[@]}"; do
     # vocab_from_gguf's inputs are whole (small) vocabularies; the others stay at 4 KB.
-    opts=(-rss_limit_mb=1024 -max_total_time="$secs" -print_final_stats=1)
+    # A unit slower than 20 s is a finding (a hang), and would overrun the time budget.
+    opts=(-rss_limit_mb=1024 -timeout=20 -max_total_time="$secs" -print_final_stats=1)
     [ "$t" = vocab_from_gguf ] && opts+=(-max_len=8192)
     [ -f "dicts/$t.dict" ] && opts+=(-dict="$PWD/dicts/$t.dict")
     mkdir -p "$scratch/$t" "corpus/$t"
