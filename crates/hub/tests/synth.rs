@@ -1,5 +1,6 @@
 //! `synth` writes files that parse, carry the planned types, are reproducible from the seed
-//! (whatever the thread count) and hold weights with the asked statistics.
+//! (whatever the thread count), hold weights with the asked statistics and, for every
+//! architecture, load in snug's model crate and run a token.
 
 use gguf::{GgmlType, GgufFile};
 use hub::synth::{self, Recipe, SynthOptions};
@@ -113,4 +114,49 @@ fn a_source_without_a_tokenizer_is_refused() {
     let e = synth::synth(&opts, Some(&src), &dir.path().join("m.gguf")).unwrap_err();
     assert!(matches!(e, synth::SynthError::NoTokenizer), "{e}");
     assert!(e.to_string().contains("--tokenizer-from"));
+}
+
+#[test]
+fn every_architecture_loads_in_snug_and_runs_a_token() {
+    use std::sync::Arc;
+    for name in
+        ["tiny-llama", "tiny-qwen2", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-mistral"]
+    {
+        let (_d, out) = tiny(name, |_| {});
+        let m = Arc::new(model::Model::load(&out).unwrap_or_else(|e| panic!("{name}: {e}")));
+        let shape = synth::shape(name).unwrap();
+        assert_eq!(m.config.head_dim, shape.head_dim(), "{name}");
+        assert_eq!(m.config.n_vocab, shape.n_vocab.unwrap_or(257), "{name}");
+        let p = model::ContextParams {
+            n_ctx: 16,
+            n_ubatch: 2,
+            n_outputs_max: 2,
+            n_threads: 2,
+            ..model::ContextParams::default()
+        };
+        let mut ctx = model::Context::new(Arc::clone(&m), p);
+        let mut b = model::Batch::default();
+        b.push(1, 0, 0, false);
+        b.push(2, 1, 0, true);
+        ctx.decode(&b).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(ctx.logits(0).iter().all(|x| x.is_finite()), "{name}");
+    }
+}
+
+#[test]
+fn real_shapes_have_the_keys_and_tensors_llama_cpp_reads() {
+    let (_d, out) = tiny("tiny-gemma2", |_| {});
+    let f = GgufFile::open(&out).unwrap();
+    assert_eq!(f.get_u64("gemma2.attention.key_length"), Some(256));
+    assert_eq!(f.get_u64("gemma2.attention.sliding_window"), Some(4096));
+    assert_eq!(f.get_f64("gemma2.attn_logit_softcapping"), Some(50.0));
+    assert!(f.tensor("output.weight").is_none(), "gemma ties its embedding");
+    assert_eq!(f.tensor("token_embd.weight").unwrap().ggml_type, GgmlType::Q6K);
+    assert!(f.tensor("blk.1.post_ffw_norm.weight").is_some());
+    let (_d, out) = tiny("tiny-phi3", |_| {});
+    let f = GgufFile::open(&out).unwrap();
+    assert_eq!(f.tensor("blk.0.attn_qkv.weight").unwrap().dims, vec![256, 768]);
+    assert_eq!(f.tensor("blk.0.attn_qkv.weight").unwrap().ggml_type, GgmlType::Q5K);
+    assert_eq!(f.tensor("blk.0.ffn_up.weight").unwrap().dims, vec![256, 1024]);
+    assert!(f.tensor("blk.0.attn_q.weight").is_none());
 }

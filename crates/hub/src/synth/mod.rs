@@ -1,6 +1,11 @@
 //! Random-weight models with real shapes (`snug synth`): how snug is benchmarked at 7–9B, where
 //! no real model is at hand. Speed and memory of a forward pass do not depend on weight values.
 //!
+//! Architectures: llama (Llama 3.x, Mistral), qwen2, gemma2, gemma3 and phi3, each written
+//! with the keys and tensors llama.cpp's converter writes for it. A shape with a real
+//! vocabulary size cuts or pads the tokenizer's to it (an SPM vocabulary such as gemma's stands in
+//! for Mistral's and Phi-3's), so embedding and output cost what they do in the real file.
+//!
 //! Weights are seeded N(0, 0.02), norms 1 + N(0, 0.02), quantized with the tensor-type mix
 //! llama-quantize picks (Q4_K_M: Q6_K for output, attn_v/ffn_down in "more bits" layers). By
 //! default each tensor tiles rows drawn from a small pool of rows quantized once per (type, row
@@ -107,6 +112,10 @@ pub fn synth(
         }
         None => vocab::byte_level_tokenizer(),
     };
+    let tok_kvs = match opts.shape.n_vocab {
+        Some(n) => vocab::fit(tok_kvs, n),
+        None => tok_kvs,
+    };
     let n_vocab = tok_kvs
         .iter()
         .find(|(k, _)| k == "tokenizer.ggml.tokens")
@@ -140,10 +149,9 @@ fn metadata(
     let mut kv = |k: &str, v: Value| meta.push((k.to_string(), v));
     kv("general.architecture", Value::String(arch.into()));
     kv("general.type", Value::String("model".into()));
-    kv(
-        "general.name",
-        Value::String(format!("synthetic {} (random weights, seed {})", s.name, opts.seed)),
-    );
+    // Not the shape's name: llama.cpp keys tokenizer quirks on `general.name` (a "phi-3" name
+    // asks for Phi-3's own tokens), and the vocabulary here is borrowed; the shape is below.
+    kv("general.name", Value::String(format!("synthetic (random weights, seed {})", opts.seed)));
     kv("general.file_type", Value::U32(opts.recipe.file_type()));
     kv("general.quantization_version", Value::U32(2));
     let key = |k: &str| format!("{arch}.{k}");
@@ -156,6 +164,21 @@ fn metadata(
     kv(&key("rope.freq_base"), Value::F32(s.rope_freq_base));
     kv(&key("rope.dimension_count"), Value::U32(s.head_dim() as u32));
     kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps));
+    if let Some(n) = s.key_length {
+        kv(&key("attention.key_length"), Value::U32(n as u32));
+        kv(&key("attention.value_length"), Value::U32(n as u32));
+    }
+    if let Some(w) = s.sliding_window {
+        kv(&key("attention.sliding_window"), Value::U32(w as u32));
+    }
+    if let Some((attn, fin)) = s.softcaps {
+        kv(&key("attn_logit_softcapping"), Value::F32(attn));
+        kv(&key("final_logit_softcapping"), Value::F32(fin));
+    }
+    if let Some(factor) = s.rope_linear {
+        kv(&key("rope.scaling.type"), Value::String("linear".into()));
+        kv(&key("rope.scaling.factor"), Value::F32(factor));
+    }
     if s.arch == Arch::Llama {
         kv(&key("vocab_size"), Value::U32(n_vocab as u32));
     }

@@ -34,8 +34,8 @@ impl Recipe {
         }
     }
 
-    /// The type llama-quantize gives a 2-D tensor (`llama_tensor_get_type` for dense llama/qwen2,
-    /// one expert, not 70B). `i_layer` counts tensors of the same kind in file order, as
+    /// The type llama-quantize gives a 2-D tensor (`llama_tensor_get_type` in llama-quant.cpp
+    /// for dense models, one expert, not 70B; a tied embedding is typed as `Output`). `i_layer` counts tensors of the same kind in file order, as
     /// llama.cpp's counters do.
     pub fn tensor_type(
         self,
@@ -54,12 +54,14 @@ impl Recipe {
                 Kind::Output if !row_len.is_multiple_of(256) => GgmlType::Q8_0,
                 Kind::Output => GgmlType::Q6K,
                 Kind::AttnV | Kind::FfnDown if more_bits(i_layer, n_layer) => GgmlType::Q6K,
+                Kind::AttnQkv => GgmlType::Q5K,
                 _ => GgmlType::Q4K,
             },
         };
         // Rows that are not whole 256-value super-blocks fall back as llama.cpp does.
         match ty {
             GgmlType::Q4K if !row_len.is_multiple_of(256) => GgmlType::Q5_0,
+            GgmlType::Q5K if !row_len.is_multiple_of(256) => GgmlType::Q5_1,
             GgmlType::Q6K if !row_len.is_multiple_of(256) => GgmlType::Q8_0,
             t => t,
         }

@@ -1,11 +1,18 @@
-//! The model shapes synth knows: every hyper-parameter of a real checkpoint of that name, with
-//! the defaults of its family.
+//! The model shapes synth knows: every hyper-parameter of a real checkpoint of that name (its
+//! Hugging Face `config.json`, as llama.cpp's `convert_hf_to_gguf.py` writes it), with the
+//! defaults of its family.
 
-/// The two architectures synth writes; they differ only in data (biases, rope table, defaults).
+/// The architectures synth writes (llama.cpp's `general.architecture` names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Llama,
     Qwen2,
+    /// RMSNorm after attention and FFN too (`post_attention_norm`, `post_ffw_norm`).
+    Gemma2,
+    /// Gemma 2's layout plus per-head q/k norms (`attn_q_norm`, `attn_k_norm`).
+    Gemma3,
+    /// Fused `attn_qkv` (rows Q | K | V) and `ffn_up` (rows gate | up).
+    Phi3,
 }
 
 impl Arch {
@@ -13,12 +20,18 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Gemma2 => "gemma2",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
+    }
+
+    pub fn post_norms(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 }
 
-/// A model shape: every hyper-parameter a real checkpoint of that name has, except the vocabulary
-/// (taken from the tokenizer).
+/// A model shape: every hyper-parameter a real checkpoint of that name has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shape {
     pub name: &'static str,
@@ -28,23 +41,37 @@ pub struct Shape {
     pub n_ff: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
+    /// Head size when it is not `n_embd / n_head` (gemma: 256), written as
+    /// `attention.key_length` / `value_length`.
+    pub key_length: Option<usize>,
+    /// The real vocabulary size: the tokenizer's is cut or padded to it. `None`: the tokenizer's.
+    pub n_vocab: Option<usize>,
     /// q/k/v projections carry biases (qwen2).
     pub qkv_bias: bool,
+    /// No `output.weight`: the output projection is the token embedding.
+    pub tied_embd: bool,
     pub n_ctx_train: usize,
     pub rope_freq_base: f32,
     pub rms_eps: f32,
     /// Llama 3.1 rope scaling: `(factor, low_freq_factor, high_freq_factor, original n_ctx)`,
     /// written as the `rope_freqs.weight` table llama.cpp's converter makes.
     pub llama3_rope: Option<(f32, f32, f32, usize)>,
+    /// Linear rope scaling factor of the global layers (gemma-3 4B and larger: 8).
+    pub rope_linear: Option<f32>,
+    /// `attention.sliding_window`; which layers use it is the architecture's pattern.
+    pub sliding_window: Option<usize>,
+    /// `(attn_logit_softcapping, final_logit_softcapping)` (gemma2).
+    pub softcaps: Option<(f32, f32)>,
 }
 
 impl Shape {
     pub fn head_dim(&self) -> usize {
-        self.n_embd / self.n_head
+        self.key_length.unwrap_or(self.n_embd / self.n_head)
     }
 }
 
 /// A shape with the defaults of its family: qwen2 has qkv biases and rope base 1e6; llama 3.x has
+/// rope base 5e5 and llama3 rope scaling; the others start plain and are completed in [`SHAPES`].
 #[allow(clippy::too_many_arguments)] // one row of the table below, in its column order
 const fn family(
     arch: Arch,
@@ -57,6 +84,8 @@ const fn family(
     n_ctx_train: usize,
 ) -> Shape {
     let qwen = matches!(arch, Arch::Qwen2);
+    let llama = matches!(arch, Arch::Llama);
+    let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
     Shape {
         name,
         arch,
@@ -65,22 +94,84 @@ const fn family(
         n_ff,
         n_head,
         n_head_kv,
+        key_length: if gemma { Some(256) } else { None },
+        n_vocab: None,
         qkv_bias: qwen,
+        tied_embd: gemma,
         n_ctx_train,
-        rope_freq_base: if qwen { 1_000_000.0 } else { 500_000.0 },
-        rms_eps: if qwen { 1e-6 } else { 1e-5 },
-        llama3_rope: if qwen { None } else { Some((8.0, 1.0, 4.0, 8192)) },
+        rope_freq_base: match arch {
+            Arch::Qwen2 | Arch::Gemma3 => 1_000_000.0,
+            Arch::Llama => 500_000.0,
+            _ => 10_000.0,
+        },
+        rms_eps: if qwen || gemma { 1e-6 } else { 1e-5 },
+        llama3_rope: if llama { Some((8.0, 1.0, 4.0, 8192)) } else { None },
+        rope_linear: None,
+        sliding_window: match arch {
+            Arch::Gemma2 => Some(4096),
+            Arch::Gemma3 => Some(1024),
+            _ => None,
+        },
+        softcaps: if matches!(arch, Arch::Gemma2) { Some((50.0, 30.0)) } else { None },
     }
 }
 
-/// Known shapes. The `tiny-*` ones are for fast tests (row lengths are whole K-quant blocks).
-pub const SHAPES: [Shape; 6] = [
+/// Known shapes (HF `config.json` of the named checkpoint). The `tiny-*` ones are for fast tests
+/// (row lengths are whole K-quant blocks).
+pub const SHAPES: [Shape; 16] = [
     family(Arch::Qwen2, "qwen2.5-7b", 28, 3584, 18944, 28, 4, 32768),
     family(Arch::Llama, "llama-3.1-8b", 32, 4096, 14336, 32, 8, 131072),
     family(Arch::Qwen2, "qwen2.5-1.5b", 28, 1536, 8960, 12, 2, 32768),
     family(Arch::Qwen2, "qwen2.5-0.5b", 24, 896, 4864, 14, 2, 32768),
+    // google/gemma-2-9b: head_dim 256, query_pre_attn_scalar 256, window 4096 on even layers.
+    Shape {
+        n_vocab: Some(256000),
+        ..family(Arch::Gemma2, "gemma-2-9b", 42, 3584, 14336, 16, 8, 8192)
+    },
+    Shape {
+        n_vocab: Some(256000),
+        ..family(Arch::Gemma2, "gemma-2-2b", 26, 2304, 9216, 8, 4, 8192)
+    },
+    // google/gemma-3-4b-it text_config: rope 1e6 linear ×8 (global), 10,000 local; vocabulary
+    // 262,144 (the converter's file; config.json's 262,208 counts the image tokens).
+    Shape {
+        n_vocab: Some(262144),
+        rope_linear: Some(8.0),
+        ..family(Arch::Gemma3, "gemma-3-4b", 34, 2560, 10240, 8, 4, 131072)
+    },
+    // meta-llama/Llama-3.2-3B: llama3 rope ×32, tied embedding, vocabulary 128,256.
+    Shape {
+        n_vocab: Some(128256),
+        tied_embd: true,
+        llama3_rope: Some((32.0, 1.0, 4.0, 8192)),
+        ..family(Arch::Llama, "llama-3.2-3b", 28, 3072, 8192, 24, 8, 131072)
+    },
+    // microsoft/Phi-3-mini-4k-instruct: head 96, sliding window 2047, vocabulary 32,064.
+    Shape {
+        n_vocab: Some(32064),
+        sliding_window: Some(2047),
+        ..family(Arch::Phi3, "phi-3-mini", 32, 3072, 8192, 32, 32, 4096)
+    },
+    // mistralai/Mistral-7B-v0.3: rope 1e6, no sliding window, vocabulary 32,768.
+    Shape {
+        n_vocab: Some(32768),
+        rope_freq_base: 1_000_000.0,
+        llama3_rope: None,
+        ..family(Arch::Llama, "mistral-7b", 32, 4096, 14336, 32, 8, 32768)
+    },
     family(Arch::Qwen2, "tiny-qwen2", 2, 256, 512, 4, 2, 2048),
     family(Arch::Llama, "tiny-llama", 2, 256, 512, 4, 2, 2048),
+    Shape {
+        softcaps: Some((50.0, 30.0)),
+        ..family(Arch::Gemma2, "tiny-gemma2", 2, 256, 512, 2, 1, 2048)
+    },
+    Shape {
+        sliding_window: Some(64),
+        rope_linear: Some(8.0),
+        ..family(Arch::Gemma3, "tiny-gemma3", 6, 256, 512, 2, 1, 2048)
+    },
+    Shape { sliding_window: Some(64), ..family(Arch::Phi3, "tiny-phi3", 2, 256, 512, 4, 4, 2048) },
+    Shape { n_vocab: Some(300), ..family(Arch::Llama, "tiny-mistral", 2, 256, 512, 4, 2, 2048) },
 ];
 
 pub fn shape(name: &str) -> Option<&'static Shape> {

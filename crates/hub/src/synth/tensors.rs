@@ -3,7 +3,7 @@
 
 use gguf::GgmlType;
 
-use super::{Recipe, Shape};
+use super::{Arch, Recipe, Shape};
 
 /// What a tensor is, for the type recipe and its random values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +13,8 @@ pub enum Kind {
     AttnQ,
     AttnK,
     AttnV,
+    /// q, k and v in one matrix (phi3).
+    AttnQkv,
     AttnOutput,
     FfnGate,
     FfnUp,
@@ -53,7 +55,10 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
                     counters[c] += 1;
                     counters[c] - 1
                 });
-                recipe.tensor_type(kind, i, shape.n_layer, dims[0] as usize)
+                // A tied embedding is the output projection: llama.cpp types it as one.
+                let as_kind =
+                    if kind == Kind::TokenEmbd && shape.tied_embd { Kind::Output } else { kind };
+                recipe.tensor_type(as_kind, i, shape.n_layer, dims[0] as usize)
             }
         };
         out.push(PlannedTensor { name, kind, dims, ggml_type });
@@ -63,27 +68,48 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
     if shape.llama3_rope.is_some() {
         push("rope_freqs.weight".into(), Kind::RopeFreqs, vec![hd as u64 / 2]);
     }
+    let (ff, fused) = (shape.n_ff as u64, shape.arch == Arch::Phi3);
     for l in 0..shape.n_layer {
         let b = |t: &str| format!("blk.{l}.{t}");
         push(b("attn_norm.weight"), Kind::Norm, vec![e]);
-        for (t, kind, rows) in [
-            ("attn_q", Kind::AttnQ, q_dim),
-            ("attn_k", Kind::AttnK, kv_dim),
-            ("attn_v", Kind::AttnV, kv_dim),
-        ] {
-            push(b(&format!("{t}.weight")), kind, vec![e, rows as u64]);
-            if shape.qkv_bias {
-                push(b(&format!("{t}.bias")), Kind::Bias, vec![rows as u64]);
+        if fused {
+            push(b("attn_qkv.weight"), Kind::AttnQkv, vec![e, (q_dim + 2 * kv_dim) as u64]);
+        } else {
+            for (t, kind, rows) in [
+                ("attn_q", Kind::AttnQ, q_dim),
+                ("attn_k", Kind::AttnK, kv_dim),
+                ("attn_v", Kind::AttnV, kv_dim),
+            ] {
+                push(b(&format!("{t}.weight")), kind, vec![e, rows as u64]);
+                if shape.qkv_bias {
+                    push(b(&format!("{t}.bias")), Kind::Bias, vec![rows as u64]);
+                }
             }
         }
+        if shape.arch == Arch::Gemma3 {
+            push(b("attn_q_norm.weight"), Kind::Norm, vec![hd as u64]);
+            push(b("attn_k_norm.weight"), Kind::Norm, vec![hd as u64]);
+        }
         push(b("attn_output.weight"), Kind::AttnOutput, vec![q_dim as u64, e]);
+        if shape.arch.post_norms() {
+            push(b("post_attention_norm.weight"), Kind::Norm, vec![e]);
+        }
         push(b("ffn_norm.weight"), Kind::Norm, vec![e]);
-        push(b("ffn_gate.weight"), Kind::FfnGate, vec![e, shape.n_ff as u64]);
-        push(b("ffn_up.weight"), Kind::FfnUp, vec![e, shape.n_ff as u64]);
-        push(b("ffn_down.weight"), Kind::FfnDown, vec![shape.n_ff as u64, e]);
+        if fused {
+            push(b("ffn_up.weight"), Kind::FfnUp, vec![e, 2 * ff]);
+        } else {
+            push(b("ffn_gate.weight"), Kind::FfnGate, vec![e, ff]);
+            push(b("ffn_up.weight"), Kind::FfnUp, vec![e, ff]);
+        }
+        push(b("ffn_down.weight"), Kind::FfnDown, vec![ff, e]);
+        if shape.arch.post_norms() {
+            push(b("post_ffw_norm.weight"), Kind::Norm, vec![e]);
+        }
     }
     push("output_norm.weight".into(), Kind::Norm, vec![e]);
-    push("output.weight".into(), Kind::Output, vec![e, v]);
+    if !shape.tied_embd {
+        push("output.weight".into(), Kind::Output, vec![e, v]);
+    }
     out
 }
 
@@ -142,5 +168,24 @@ mod tests {
             q.iter().map(|t| gguf::tensor_size(&t.name, &t.dims, t.ggml_type).unwrap()).sum();
         // Qwen2.5-7B-Instruct-Q4_K_M.gguf is 4.68 GB.
         assert!((4.55e9..4.75e9).contains(&(bytes as f64)), "{bytes}");
+    }
+
+    #[test]
+    fn new_shapes_weigh_what_their_real_q4_k_m_files_do() {
+        // Sizes of the Q4_K_M files people download (bartowski / ggml-org / TheBloke), GB.
+        for (name, lo, hi) in [
+            ("gemma-2-9b", 5.6e9, 5.9e9),
+            ("gemma-2-2b", 1.6e9, 1.8e9),
+            ("gemma-3-4b", 2.4e9, 2.6e9),
+            ("llama-3.2-3b", 1.9e9, 2.1e9),
+            ("phi-3-mini", 2.2e9, 2.45e9),
+            ("mistral-7b", 4.25e9, 4.45e9),
+        ] {
+            let s = shape_of(name);
+            let p = plan(s, s.n_vocab.unwrap(), Recipe::Q4KM);
+            let bytes: u64 =
+                p.iter().map(|t| gguf::tensor_size(&t.name, &t.dims, t.ggml_type).unwrap()).sum();
+            assert!((lo..hi).contains(&(bytes as f64)), "{name}: {bytes}");
+        }
     }
 }
