@@ -381,7 +381,8 @@ pub struct Choice {
 /// Chooses context, KV precision and residency within `budget` (bytes), honouring `w`'s fixed
 /// fields. Order of preference: the default context (training context, at most 4096) with f16
 /// KV and plain mmap; then cheaper KV; then smaller contexts down to 2048; then streaming layers
-/// at the default context with as many layers pinned as fit.
+/// at the default context with as many layers pinned as fit, in the KV precision that pins the
+/// most (a streamed layer costs a disk read every token; a cheaper cache costs little quality).
 pub fn choose(
     c: &ModelConfig,
     m: &ModelFacts,
@@ -446,25 +447,46 @@ pub fn choose(
     }
     if matches!(w.residency, None | Some(Residency::Stream)) {
         for &n_ctx in &ctxs {
+            // Most layers pinned such that the rest streams within the budget, per precision.
+            let pinned = |kv| {
+                (0..c.n_layer)
+                    .rev()
+                    .find(|&k| predict(c, m, &req(n_ctx, kv, Residency::Stream, k)).total <= usable)
+            };
+            // A streamed layer is read from disk every token, over ten times slower than memory:
+            // the precision that keeps the most layers pinned wins; the finer one on a tie.
+            let mut best: Option<(usize, (KvType, KvType))> = None;
             for &kv in &kvs {
-                // Most layers pinned such that the rest streams within the budget.
-                let pinned = (0..c.n_layer).rev().find(|&k| {
-                    predict(c, m, &req(n_ctx, kv, Residency::Stream, k)).total <= usable
-                });
-                if let Some(k) = pinned {
-                    let rq = req(n_ctx, kv, Residency::Stream, k);
-                    let p = predict(c, m, &rq);
-                    let full = predict(c, m, &req(n_ctx, kv, Residency::Mmap, c.n_layer)).total;
-                    let reason = format!(
-                        "the whole model needs {} but {} is usable: {} of {} layers pinned, the rest streamed ({} peak)",
-                        fmt_bytes(full),
-                        fmt_bytes(usable),
-                        k,
-                        c.n_layer,
-                        fmt_bytes(p.total)
-                    );
-                    return Ok(Choice { request: rq, prediction: p, budget, reason });
+                if let Some(k) = pinned(kv) {
+                    if best.is_none_or(|(b, _)| k > b) {
+                        best = Some((k, kv));
+                    }
                 }
+            }
+            if let Some((k, kv)) = best {
+                let rq = req(n_ctx, kv, Residency::Stream, k);
+                let p = predict(c, m, &rq);
+                let full = predict(c, m, &req(n_ctx, kv, Residency::Mmap, c.n_layer)).total;
+                let finer = kvs.first().filter(|&&f| f != kv).and_then(|&f| Some((f, pinned(f)?)));
+                let trade = match finer {
+                    Some((f, fk)) => format!(
+                        "; KV {} pins {} more than {} would ({fk})",
+                        rq.kv_label(),
+                        k - fk,
+                        kv_label(f.0, f.1)
+                    ),
+                    None => String::new(),
+                };
+                let reason = format!(
+                    "the whole model needs {} but {} is usable: {} of {} layers pinned, the rest \
+                     streamed ({} peak){trade}",
+                    fmt_bytes(full),
+                    fmt_bytes(usable),
+                    k,
+                    c.n_layer,
+                    fmt_bytes(p.total)
+                );
+                return Ok(Choice { request: rq, prediction: p, budget, reason });
             }
         }
     }
@@ -678,6 +700,26 @@ pub(crate) mod tests {
         assert_eq!(c.request.residency, Residency::Stream);
         assert!(c.request.pinned_layers > 0 && c.request.pinned_layers < 28);
         assert!(c.prediction.total <= 3 << 30);
+    }
+
+    #[test]
+    fn when_layers_must_stream_the_kv_precision_that_pins_the_most_wins() {
+        let (c, m) = qwen7b();
+        let f16_only = choose(&c, &m, 3 << 30, &wants()).unwrap();
+        let mut w = wants();
+        w.kv_available = KvType::ALL.to_vec();
+        let any = choose(&c, &m, 3 << 30, &w).unwrap();
+        assert_eq!(any.request.residency, Residency::Stream);
+        assert_eq!((any.request.kv_k, any.request.kv_v), (KvType::Q8, KvType::Q8));
+        assert!(any.request.pinned_layers > f16_only.request.pinned_layers);
+        assert!(
+            any.reason.contains("KV q8 pins") && any.reason.contains("than f16"),
+            "{}",
+            any.reason
+        );
+        // q4 is never chosen unasked, and a budget where the model is mapped whole keeps f16.
+        let whole = choose(&c, &m, 6 << 30, &w).unwrap();
+        assert_eq!((whole.request.kv_k, whole.request.residency), (KvType::F16, Residency::Mmap));
     }
 
     #[test]
