@@ -5,6 +5,7 @@
 //! skips; with [`REQUIRE_PRIVILEGED`] set (scripts/test.sh sets it: CI runs as root with cgroup
 //! v1) a missing privilege is a failure, so CI can never skip them silently.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The cached file of a known model, pulled if missing; a model that cannot be had is a failure
@@ -50,7 +51,12 @@ pub fn may_run(test: &str, have: Result<(), String>) -> bool {
         std::env::var_os(REQUIRE_PRIVILEGED).is_none(),
         "{test}: {missing} ({REQUIRE_PRIVILEGED} is set, so this test must run)"
     );
-    eprintln!("SKIPPED {test}: {missing} (set {REQUIRE_PRIVILEGED}=1 to make this a failure)");
+    // Straight to the stderr handle: libtest captures `eprintln!` of a passing test, which would
+    // hide the skip.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {missing} (set {REQUIRE_PRIVILEGED}=1 to make this a failure)"
+    );
     false
 }
 
