@@ -49,7 +49,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the header of {}", path.display()))?;
     let cfg = ModelConfig::from_gguf(&file)
         .with_context(|| format!("reading the configuration of {}", path.display()))?;
-    let facts = ModelFacts::from_gguf(&file);
+    let facts = ModelFacts::from_gguf(&file, &cfg);
     let kv =
         a.kv.as_deref()
             .map(|k| k.parse::<KvType>().map_err(|e| anyhow::anyhow!("--kv: {e}")))

@@ -102,8 +102,9 @@ impl Session {
     /// caller's prompt (`[n_ctx]` ids each), the batch (an entry per position at most) and the
     /// sampler.
     pub fn heap_bytes(n_ctx: usize, n_vocab: usize) -> usize {
-        n_ctx * (2 * std::mem::size_of::<u32>() + Batch::BYTES_PER_TOKEN)
-            + Sampler::heap_bytes(n_vocab)
+        n_ctx
+            .saturating_mul(2 * std::mem::size_of::<u32>() + Batch::BYTES_PER_TOKEN)
+            .saturating_add(Sampler::heap_bytes(n_vocab))
     }
 
     pub fn n_ctx(&self) -> usize {

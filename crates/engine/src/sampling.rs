@@ -116,7 +116,7 @@ pub struct Sampler {
 impl Sampler {
     /// Heap a sampler holds for a vocabulary of `n_vocab`: the candidate and count arrays.
     pub fn heap_bytes(n_vocab: usize) -> usize {
-        n_vocab * (std::mem::size_of::<(u32, f32)>() + std::mem::size_of::<u32>())
+        n_vocab.saturating_mul(std::mem::size_of::<(u32, f32)>() + std::mem::size_of::<u32>())
     }
 
     pub fn new(params: SamplerParams, n_vocab: usize) -> Sampler {

@@ -50,6 +50,13 @@ pub struct ModelConfig {
 /// shorter): past it, the KV cache of a 7–9B model outgrows the memory of the boxes snug is for.
 pub const DEFAULT_CTX_MAX: usize = 4096;
 
+/// Most layers, heads and channels per head a file may declare (the largest real models have
+/// 126 layers, 128 heads, head size 256): bounds every per-token product the runtime forms, and
+/// keeps a hostile header from making the per-layer tables huge.
+pub const MAX_LAYERS: usize = 4096;
+pub const MAX_HEADS: usize = 4096;
+pub const MAX_HEAD_DIM: usize = 4096;
+
 impl ModelConfig {
     /// Context used when none is asked for: the training context, at most [`DEFAULT_CTX_MAX`].
     pub fn default_n_ctx(&self) -> usize {
@@ -94,6 +101,19 @@ impl ModelConfig {
             Some(_) => req("attention.value_length")?,
             None => head_dim,
         };
+        for (k, v, max) in [
+            ("block_count", n_layer, MAX_LAYERS),
+            ("attention.head_count", n_head, MAX_HEADS),
+            ("attention.key_length", head_dim, MAX_HEAD_DIM),
+            ("attention.value_length", head_dim_v, MAX_HEAD_DIM),
+        ] {
+            if v > max {
+                return Err(ModelError::BadValue {
+                    key: key(k),
+                    value: format!("{v} (more than {max}: no real model has that many)"),
+                });
+            }
+        }
         if head_dim_v != head_dim {
             return Err(ModelError::Unsupported(format!(
                 "value head size {head_dim_v} differs from key head size {head_dim}"
@@ -188,5 +208,40 @@ impl ModelConfig {
 
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gguf::{Array, GgufFile, GgufWriter, StrArray, Value};
+
+    use super::*;
+
+    fn header(n_layer: u32, head_dim: u32) -> GgufFile {
+        let mut tokens = StrArray::default();
+        tokens.try_push("a").expect("fits");
+        let mut w = GgufWriter::new(Vec::new());
+        w.add_kv("general.architecture", Value::String("llama".into()))
+            .add_kv("llama.embedding_length", Value::U32(256))
+            .add_kv("llama.block_count", Value::U32(n_layer))
+            .add_kv("llama.attention.head_count", Value::U32(4))
+            .add_kv("llama.attention.key_length", Value::U32(head_dim))
+            .add_kv("llama.attention.value_length", Value::U32(head_dim))
+            .add_kv("llama.feed_forward_length", Value::U32(512))
+            .add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+        w.write_header().expect("header");
+        GgufFile::from_bytes(w.finish().expect("written")).expect("parses")
+    }
+
+    #[test]
+    fn a_header_declaring_more_layers_or_channels_than_any_model_is_refused() {
+        if let Err(e) = ModelConfig::from_gguf(&header(2, 64)) {
+            panic!("a sane header is refused: {e}");
+        }
+        // Fuzz finding: 2^31 - 1 layers made a per-layer table of that length.
+        let e = ModelConfig::from_gguf(&header((1 << 31) - 1, 64)).unwrap_err().to_string();
+        assert!(e.contains("block_count") && e.contains("no real model"), "{e}");
+        let e = ModelConfig::from_gguf(&header(2, 1 << 20)).unwrap_err().to_string();
+        assert!(e.contains("key_length"), "{e}");
     }
 }

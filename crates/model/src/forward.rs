@@ -81,28 +81,33 @@ pub struct ScratchSizes {
 }
 
 impl ScratchSizes {
+    /// Sizes saturate rather than wrap: a context too large to address is refused by the
+    /// planner (its prediction exceeds any budget) before anything is allocated.
     pub fn new(c: &ModelConfig, p: &ContextParams) -> ScratchSizes {
         let ub = p.n_ubatch.max(1);
         ScratchSizes {
-            embd: ub * c.n_embd,
-            q: ub * c.q_dim(),
-            kv: ub * c.kv_dim(),
-            ff: ub * c.n_ff,
-            xo: ub.min(p.n_outputs_max.max(1)) * c.n_embd,
-            qbuf_bytes: ub * c.n_ff.max(c.n_embd) * 2,
+            embd: ub.saturating_mul(c.n_embd),
+            q: ub.saturating_mul(c.q_dim()),
+            kv: ub.saturating_mul(c.kv_dim()),
+            ff: ub.saturating_mul(c.n_ff),
+            xo: ub.min(p.n_outputs_max.max(1)).saturating_mul(c.n_embd),
+            qbuf_bytes: ub.saturating_mul(c.n_ff.max(c.n_embd)).saturating_mul(2),
             attn: scratch_floats(c, p.n_threads.max(1)),
-            logits: p.n_outputs_max.max(1) * c.n_vocab,
+            logits: p.n_outputs_max.max(1).saturating_mul(c.n_vocab),
         }
     }
 
     /// Bytes of the activation buffers and attention scratch (logits apart).
     pub fn activation_bytes(&self) -> usize {
-        let f32s = 2 * (self.embd + self.q + self.kv + self.ff) + self.xo + self.attn;
-        f32s * std::mem::size_of::<f32>() + self.qbuf_bytes
+        [self.embd, self.q, self.kv, self.ff]
+            .iter()
+            .fold(self.xo.saturating_add(self.attn), |a, &b| a.saturating_add(b.saturating_mul(2)))
+            .saturating_mul(std::mem::size_of::<f32>())
+            .saturating_add(self.qbuf_bytes)
     }
 
     pub fn logits_bytes(&self) -> usize {
-        self.logits * std::mem::size_of::<f32>()
+        self.logits.saturating_mul(std::mem::size_of::<f32>())
     }
 }
 

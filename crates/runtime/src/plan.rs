@@ -105,17 +105,19 @@ pub struct ModelFacts {
 }
 
 impl ModelFacts {
-    pub fn from_gguf(f: &GgufFile) -> ModelFacts {
-        let mut layer_bytes: Vec<u64> = Vec::new();
-        let mut groups: Vec<[u64; GROUPS]> = Vec::new();
+    /// The byte counts of `f`, whose configuration is `c`: tensors of layers past `c.n_layer`
+    /// are never read, so they are not counted (nor allocated for: a layer number comes from
+    /// the file).
+    pub fn from_gguf(f: &GgufFile, c: &ModelConfig) -> ModelFacts {
+        let mut layer_bytes: Vec<u64> = vec![0; c.n_layer];
+        let mut groups: Vec<[u64; GROUPS]> = vec![[0; GROUPS]; c.n_layer];
         let mut max_row = 0u64;
         let (mut embd_bytes, mut embd_rows, mut other) = (0u64, 1u64, 0u64);
         let mut output_tied = true;
         for t in &f.tensors {
             if let Some((il, suffix)) = names::split_layer(&t.name) {
-                if layer_bytes.len() <= il {
-                    layer_bytes.resize(il + 1, 0);
-                    groups.resize(il + 1, [0; GROUPS]);
+                if il >= c.n_layer {
+                    continue;
                 }
                 layer_bytes[il] += t.size;
                 if let Some(g) = names::stage_group(suffix) {
@@ -153,7 +155,7 @@ impl ModelFacts {
     }
 
     fn layers_total(&self) -> u64 {
-        self.layer_bytes.iter().sum()
+        self.layer_bytes.iter().fold(0, |a, &b| a.saturating_add(b))
     }
 }
 
@@ -258,8 +260,8 @@ pub fn kv_bytes(
             let w = if windowed { l.window } else { None };
             kv::layer_peak_positions(w, n_ctx, n_ubatch) as u64
         })
-        .sum();
-    row * held + kv::kv_staged_bytes(c, k) as u64
+        .fold(0, u64::saturating_add);
+    row.saturating_mul(held).saturating_add(kv::kv_staged_bytes(c, k) as u64)
 }
 
 /// Weight bytes resident under `r`: the whole file when every page is read each token (tied
@@ -274,25 +276,28 @@ pub fn weights_resident(c: &ModelConfig, m: &ModelFacts, r: &Request) -> u64 {
             let windows = (EMBD_WINDOWS_PER_SQRT_TOKEN * (r.n_ctx as f64).sqrt()).ceil() as u64;
             m.embd_bytes.min(windows.saturating_mul(m.embd_row_bytes.max(FAULT_AROUND)))
         };
-    let fixed = m.header_bytes + m.other_bytes + embd_touched;
+    let fixed = m.header_bytes.saturating_add(m.other_bytes).saturating_add(embd_touched);
     match r.residency {
         Residency::Stream => {
             let pinned = r.pinned_layers.min(c.n_layer);
             let streamed = if pinned < c.n_layer {
-                stream_window(m) + STREAM_READAHEAD.min(biggest_layer(m))
+                stream_window(m).saturating_add(STREAM_READAHEAD.min(biggest_layer(m)))
             } else {
                 0
             };
-            fixed + m.layer_bytes[..pinned.min(m.layer_bytes.len())].iter().sum::<u64>() + streamed
+            let pinned_bytes = m.layer_bytes[..pinned.min(m.layer_bytes.len())]
+                .iter()
+                .fold(0u64, |a, &b| a.saturating_add(b));
+            fixed.saturating_add(pinned_bytes).saturating_add(streamed)
         }
-        _ => fixed + m.layers_total(),
+        _ => fixed.saturating_add(m.layers_total()),
     }
 }
 
 /// Most streamed bytes the reader threads hold from the stage computing on: the biggest stage
 /// and [`STREAM_LOOKAHEAD`] past it, at most a layer past it on small models.
 pub fn stream_window(m: &ModelFacts) -> u64 {
-    m.biggest_stage + STREAM_LOOKAHEAD.min(biggest_layer(m))
+    m.biggest_stage.saturating_add(STREAM_LOOKAHEAD.min(biggest_layer(m)))
 }
 
 fn biggest_layer(m: &ModelFacts) -> u64 {
@@ -311,27 +316,35 @@ fn scratch(c: &ModelConfig, r: &Request) -> ScratchSizes {
 /// Activation arena of `model::Context` (its [`ScratchSizes`]) plus the session's arrays
 /// (`engine::Session::heap_bytes`).
 pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
-    let sessions = r.n_seq.max(1) * engine::Session::heap_bytes(r.n_ctx, c.n_vocab);
-    (scratch(c, r).activation_bytes() + sessions) as u64
+    let sessions = r.n_seq.max(1).saturating_mul(engine::Session::heap_bytes(r.n_ctx, c.n_vocab));
+    scratch(c, r).activation_bytes().saturating_add(sessions) as u64
 }
 
 /// Heap held by the tokenizer and the parsed GGUF metadata after `Tokenizer::from_gguf`
 /// (calibration: BENCHMARKS.md, "Planner calibration").
 pub fn tokenizer_bytes(m: &ModelFacts) -> u64 {
-    m.n_tokens * TOK_PER_TOKEN
-        + m.token_text_bytes * TOK_PER_TEXT_BYTE
-        + m.n_merges * TOK_PER_MERGE
-        + m.merge_text_bytes
+    [
+        m.n_tokens.saturating_mul(TOK_PER_TOKEN),
+        m.token_text_bytes.saturating_mul(TOK_PER_TEXT_BYTE),
+        m.n_merges.saturating_mul(TOK_PER_MERGE),
+    ]
+    .into_iter()
+    .fold(m.merge_text_bytes, u64::saturating_add)
 }
 
 pub fn predict(c: &ModelConfig, m: &ModelFacts, r: &Request) -> Prediction {
     let weights = weights_resident(c, m, r);
-    let kv = r.n_seq.max(1) as u64
-        * kv_bytes(c, (r.kv_k, r.kv_v), r.n_kv.min(r.n_ctx), r.n_ubatch, r.kv_windowed);
+    let kv = (r.n_seq.max(1) as u64).saturating_mul(kv_bytes(
+        c,
+        (r.kv_k, r.kv_v),
+        r.n_kv.min(r.n_ctx),
+        r.n_ubatch,
+        r.kv_windowed,
+    ));
     let arena = arena_bytes(c, r);
     let logits = scratch(c, r).logits_bytes() as u64;
     let tokenizer = tokenizer_bytes(m);
-    let overhead = FIXED_OVERHEAD + PER_THREAD * r.n_threads as u64;
+    let overhead = FIXED_OVERHEAD.saturating_add(PER_THREAD.saturating_mul(r.n_threads as u64));
     Prediction {
         weights,
         kv,
@@ -339,7 +352,9 @@ pub fn predict(c: &ModelConfig, m: &ModelFacts, r: &Request) -> Prediction {
         logits,
         tokenizer,
         overhead,
-        total: weights + kv + arena + logits + tokenizer + overhead,
+        total: [kv, arena, logits, tokenizer, overhead]
+            .into_iter()
+            .fold(weights, u64::saturating_add),
     }
 }
 
@@ -412,7 +427,7 @@ pub fn choose(
     };
     let req = |n_ctx: usize, (kv_k, kv_v): (KvType, KvType), residency, pinned| Request {
         n_ctx,
-        n_kv: w.n_kv.map_or(n_ctx, |n| n.clamp(1, n_ctx)),
+        n_kv: w.n_kv.map_or(n_ctx, |n| n.clamp(1, n_ctx.max(1))),
         kv_k,
         kv_v,
         n_ubatch: w.n_ubatch,
@@ -720,6 +735,34 @@ pub(crate) mod tests {
         // q4 is never chosen unasked, and a budget where the model is mapped whole keeps f16.
         let whole = choose(&c, &m, 6 << 30, &w).unwrap();
         assert_eq!((whole.request.kv_k, whole.request.residency), (KvType::F16, Residency::Mmap));
+    }
+
+    /// Fuzz findings (fuzz/findings/planner): sizes past any machine saturate instead of
+    /// wrapping, a zero context with a job length does not panic, and the pinned-layer search
+    /// is logarithmic in the layer count.
+    #[test]
+    fn absurd_shapes_and_requests_give_huge_predictions_not_panics() {
+        let (mut c, m) = qwen7b();
+        let mut w = wants();
+        w.n_ctx = Some(usize::MAX / 2);
+        w.n_ubatch = usize::MAX;
+        w.n_seq = usize::MAX;
+        let e = choose(&c, &m, 6 << 30, &w).unwrap_err();
+        assert_eq!(e.prediction.kv, u64::MAX);
+        assert_eq!(e.prediction.total, u64::MAX);
+        let mut w = wants();
+        w.n_ctx = Some(0);
+        w.n_kv = Some(5);
+        let _ = choose(&c, &m, 6 << 30, &w);
+        c.n_layer = 4096;
+        c.layers = vec![c.layers[0]; 4096];
+        let mut m = m;
+        m.layer_bytes = vec![1_000_000; 4096];
+        let mut w = wants();
+        w.n_kv = Some(64);
+        let c = choose(&c, &m, 3 << 30, &w).unwrap();
+        assert_eq!(c.request.residency, Residency::Stream);
+        assert!(c.request.pinned_layers > 0 && c.request.pinned_layers < 4096);
     }
 
     #[test]

@@ -195,7 +195,7 @@ pub fn plan(
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
     };
-    let facts = ModelFacts::from_gguf(&model.file);
+    let facts = ModelFacts::from_gguf(&model.file, c);
     let choice = plan::choose(c, &facts, budget.bytes, &wants)
         .map_err(|fit| RuntimeError::DoesNotFit { fit, source_name: budget.source.to_string() })?;
     let params = choice.request.context_params(ContextParams {

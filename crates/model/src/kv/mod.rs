@@ -53,8 +53,9 @@ pub fn kv_bytes_per_token(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
 /// its window plus the micro-batch being computed plus one partly filled edge block (blocks a
 /// window frees are reused before fresh ones are taken).
 pub fn layer_peak_positions(window: Option<usize>, n_ctx: usize, n_ubatch: usize) -> usize {
-    let pos = window.map_or(n_ctx, |w| (w + n_ubatch.max(1) + BLOCK_TOKENS).min(n_ctx));
-    pos.div_ceil(BLOCK_TOKENS) * BLOCK_TOKENS
+    let span = |w: usize| w.saturating_add(n_ubatch.max(1)).saturating_add(BLOCK_TOKENS);
+    let pos = window.map_or(n_ctx, |w| span(w).min(n_ctx));
+    pos.div_ceil(BLOCK_TOKENS).saturating_mul(BLOCK_TOKENS)
 }
 
 /// Bytes of f16 keys one sequence keeps outside the pool for the blocks being filled (quantized
