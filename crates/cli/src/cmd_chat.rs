@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Args;
 use engine::{GenerateParams, Session};
-use tokenizer::{ChatMessage, ChatTemplate};
+use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
 
@@ -22,12 +22,27 @@ pub struct ChatCmd {
     #[arg(long)]
     pub system: Option<String>,
     /// Tokens per answer at most.
-    #[arg(long, short = 'n', default_value_t = 1024)]
+    #[arg(long, short = 'n', default_value_t = ANSWER_TOKENS)]
     pub n_predict: usize,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+}
+
+/// Tokens per answer at most unless `-n` says otherwise (`snug chat`, and `snug run` answering
+/// as a chat).
+pub const ANSWER_TOKENS: usize = 1024;
+
+/// The conversation as the model reads it: `messages` through the template, ending in the
+/// generation prompt (the assistant's turn opened), tokenized with special-token text parsed.
+pub fn chat_tokens(
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+) -> anyhow::Result<Vec<u32>> {
+    let prompt = template.render(messages, true)?;
+    Ok(tok.encode(&prompt, true, true))
 }
 
 pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
@@ -79,8 +94,7 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             _ => {}
         }
         messages.push(ChatMessage::new("user", input.to_string()));
-        let prompt = template.render(&messages, true)?;
-        let tokens = tok.encode(&prompt, true, true);
+        let tokens = chat_tokens(&template, &tok, &messages)?;
         if tokens.len() >= session.n_ctx() {
             messages.pop();
             eprintln!("error: the conversation needs {} tokens but the context holds {}; /reset or restart with a larger --ctx", tokens.len(), session.n_ctx());

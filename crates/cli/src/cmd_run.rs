@@ -1,32 +1,54 @@
-//! `snug run [MODEL] PROMPT`: continue a prompt, streaming text to stdout, timings on stderr.
+//! `snug run [MODEL] [PROMPT]`: answer a prompt, streaming text to stdout, timings on stderr —
+//! what `ollama run` does.
+//!
+//! On a model with a chat template the prompt is one user message: the template renders it with
+//! the generation prompt, and the answer ends at the template's end-of-turn token. `--raw` (and a
+//! model without a template, said once on stderr) continues the prompt as plain text instead.
+//! Without a prompt, stdin that is a terminal opens `snug chat` (the same loop, not a copy);
+//! stdin that is not (`echo hi | snug run MODEL`) is read whole as the prompt.
+//!
+//! One positional argument is the model when it names one (a known alias, an existing file or a
+//! `.gguf` path) and the prompt for the default model otherwise, so both `snug run MODEL` and
+//! `snug run "a prompt"` mean what they say. A model name and a prompt that is itself an alias
+//! are told apart by giving both.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
 
 use anyhow::Context as _;
 use clap::Args;
 use engine::{GenerateParams, Session};
+use tokenizer::{ChatMessage, ChatTemplate};
 
+use crate::cmd_chat::{self, ChatCmd};
 use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
+
+/// Tokens a plain (`--raw`) continuation generates at most unless `-n` says otherwise.
+const RAW_TOKENS: usize = 256;
 
 #[derive(Args, Debug)]
 pub struct RunCmd {
-    /// [MODEL] PROMPT — MODEL is an alias or a .gguf path (default: qwen2.5-coder-1.5b, pulled
-    /// automatically); with --prompt-file, the only positional argument is the model.
+    /// [MODEL] [PROMPT] — MODEL is an alias or a .gguf path (default: qwen2.5-coder-1.5b, pulled
+    /// automatically); without a prompt, the chat opens (or stdin is the prompt when it is not a
+    /// terminal); with --prompt-file, the only positional argument is the model.
     #[arg(num_args = 0..=2, value_name = "MODEL/PROMPT")]
     pub positional: Vec<String>,
     /// Read the prompt from a file.
     #[arg(long, short = 'f')]
     pub prompt_file: Option<std::path::PathBuf>,
-    /// Tokens to generate at most.
-    #[arg(long, short = 'n', default_value_t = 256)]
-    pub n_predict: usize,
+    /// Continue the prompt as plain text instead of answering it through the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// Tokens to generate at most (default: 1024 for an answer, 256 with --raw).
+    #[arg(long, short = 'n')]
+    pub n_predict: Option<usize>,
     /// Stop when this text appears (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
     /// Do not stop at end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text.
+    /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text (with --raw;
+    /// the chat template's own special tokens are always parsed).
     #[arg(long)]
     pub no_special: bool,
     #[command(flatten)]
@@ -35,43 +57,86 @@ pub struct RunCmd {
     pub sampling: SamplingArgs,
 }
 
-/// Splits `[MODEL] PROMPT` / `[MODEL] --prompt-file F` into (model, prompt).
-fn model_and_prompt(cmd: &RunCmd) -> anyhow::Result<(String, String)> {
+/// Whether a lone positional argument names a model rather than being a prompt.
+fn names_model(arg: &str) -> bool {
+    hub::spec(arg).is_some() || arg.ends_with(".gguf") || std::path::Path::new(arg).is_file()
+}
+
+/// Splits `[MODEL] [PROMPT]` / `[MODEL] --prompt-file F` into the model and the prompt, if one
+/// was given (a file, an argument, or stdin that is not a terminal).
+fn model_and_prompt(cmd: &RunCmd) -> anyhow::Result<(String, Option<String>)> {
     let pos = &cmd.positional;
-    match (&cmd.prompt_file, pos.len()) {
+    let (model, prompt) = match (&cmd.prompt_file, pos.len()) {
         (Some(f), n) if n <= 1 => {
             let prompt = std::fs::read_to_string(f)
                 .with_context(|| format!("reading the prompt file {}", f.display()))?;
-            Ok((pos.first().cloned().unwrap_or_else(|| DEFAULT_MODEL.to_string()), prompt))
+            (pos.first().cloned(), Some(prompt))
         }
         (Some(_), _) => {
             anyhow::bail!("give the prompt either as an argument or with --prompt-file, not both")
         }
-        (None, 2) => Ok((pos[0].clone(), pos[1].clone())),
-        (None, 1) => Ok((DEFAULT_MODEL.to_string(), pos[0].clone())),
-        (None, _) => anyhow::bail!(
-            "no prompt: `snug run [MODEL] \"your prompt\"` or `snug run [MODEL] --prompt-file F`"
-        ),
+        (None, 2) => (Some(pos[0].clone()), Some(pos[1].clone())),
+        (None, 1) if names_model(&pos[0]) => (Some(pos[0].clone()), None),
+        (None, 1) => (None, Some(pos[0].clone())),
+        (None, _) => (None, None),
+    };
+    let model = model.unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    if prompt.is_some() || std::io::stdin().is_terminal() {
+        return Ok((model, prompt));
     }
+    let mut piped = String::new();
+    std::io::stdin().read_to_string(&mut piped).context("reading the prompt from stdin")?;
+    if piped.trim().is_empty() {
+        anyhow::bail!(
+            "no prompt: stdin was empty. `snug run [MODEL] \"your prompt\"`, \
+             `snug run [MODEL] --prompt-file F`, or `snug run [MODEL]` at a terminal to chat"
+        );
+    }
+    Ok((model, Some(piped)))
 }
 
 pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let (model_name, prompt) = model_and_prompt(&cmd)?;
+    let Some(prompt) = prompt else {
+        return cmd_chat::run(ChatCmd {
+            model: model_name,
+            system: None,
+            n_predict: cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS),
+            run: cmd.run,
+            sampling: cmd.sampling,
+        });
+    };
     let sampling = cmd.sampling.params()?;
     let m = open(&model_name)?;
-    let tokens = m.tok.encode(&prompt, true, !cmd.no_special);
+    let template =
+        if cmd.raw { None } else { Some(ChatTemplate::from_gguf(&m.model.file, &m.tok)?) };
+    let (tokens, n_predict) = match template.filter(|t| !t.is_fallback()) {
+        Some(t) => {
+            // Like a chat line, the message is the text without its surrounding whitespace (a
+            // prompt piped in ends in a newline).
+            let user = [ChatMessage::new("user", prompt.trim().to_string())];
+            (
+                cmd_chat::chat_tokens(&t, &m.tok, &user)?,
+                cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS),
+            )
+        }
+        None => {
+            if !cmd.raw {
+                eprintln!(
+                    "note: {model_name} has no chat template; continuing the prompt as plain text"
+                );
+            }
+            (m.tok.encode(&prompt, true, !cmd.no_special), cmd.n_predict.unwrap_or(RAW_TOKENS))
+        }
+    };
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
     let (params, planned) =
-        cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + cmd.n_predict))?;
+        cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + n_predict))?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
     let residence = attach(&planned, &m, session.context())?;
-    let gen = GenerateParams {
-        n_predict: cmd.n_predict,
-        stop: cmd.stop.clone(),
-        ignore_eos: cmd.ignore_eos,
-    };
+    let gen = GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let (_, stats) = session.generate(&tokens, &gen, |text| {

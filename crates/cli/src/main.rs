@@ -41,7 +41,8 @@ enum Command {
     Synth(cmd_synth::SynthArgs),
     /// Predict peak memory from the GGUF header; the table of contexts × KV precisions that fit.
     Plan(cmd_plan::PlanArgs),
-    /// Continue a prompt, streaming the text.
+    /// Answer a prompt through the chat template (--raw: continue it), streaming the text; with
+    /// no prompt, chat.
     Run(cmd_run::RunCmd),
     /// Talk with a model using its chat template.
     Chat(cmd_chat::ChatCmd),

@@ -96,6 +96,8 @@ fn check(alias: &str, ctxs: &[usize]) -> Vec<String> {
                 .arg("run")
                 .arg(&model)
                 .args([
+                    // A plain continuation: the prompt file is sized in tokens to the context.
+                    "--raw",
                     "--ctx",
                     &ctx.to_string(),
                     "--load",

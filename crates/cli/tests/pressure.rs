@@ -26,6 +26,7 @@ const PROMPT: &str = "Write a story about a lighthouse keeper.";
 fn run_args(model: &Path) -> Vec<String> {
     let mut v = vec!["run".to_string(), model.display().to_string()];
     for a in [
+        "--raw",
         "--ctx",
         "512",
         "--kv",

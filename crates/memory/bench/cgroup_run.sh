@@ -31,7 +31,7 @@ fi
 if [ "${snug##*.}" = py ]; then
     cmd=(python3 "$snug" "$file" --ctx 4096 -n "${N:-64}" --threads 2 "${py_prompt[@]}" "$@")
 else
-    cmd=("$snug" run "$model" --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" "${snug_prompt[@]}")
+    cmd=("$snug" run "$model" --raw --ctx 4096 -n "${N:-64}" --ignore-eos --temp 0 "$@" "${snug_prompt[@]}")
 fi
 ( echo $BASHPID > "$cg/cgroup.procs"; exec "${cmd[@]}" ) >/dev/null 2>"$err" </dev/null &
 pid=$!
