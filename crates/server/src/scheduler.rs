@@ -22,11 +22,22 @@
 //! which changes the summation order — models with fewer KV heads than threads (or 4+ threads
 //! with 2 KV heads) are then not invariant between a lone sequence and a full batch.
 //!
+//! Prefix cache: a job starts on the longest run of full 32-token KV blocks another sequence
+//! (running or finished) computed for the same leading tokens ([`model::kv::prefix`]), so only
+//! the rest of its prompt is read; after each step every sequence offers its newly filled
+//! blocks, prompt and answer alike. Cached blocks no sequence holds are evicted
+//! least-recently-used when the pool runs out, and all of them at once when memory pressure is
+//! signalled ([`Handle::shed_prefix_cache`]). A cached block gives the same KV as a cold one
+//! when both were computed in multi-token (prefill) steps; one written by a lone decode step
+//! can differ in the last bits where attention splits keys across threads (see above), so a
+//! follow-up turn that reuses an answer's blocks is equal to its cold run only as far as that.
+//!
 //! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,6 +124,15 @@ pub struct Counters {
     /// Seconds from admission to the first token, and between a sequence's tokens.
     pub ttft: Histogram,
     pub itl: Histogram,
+    /// KV pool blocks held by sequences, free, and held by the prefix cache alone (their sum
+    /// is the pool's capacity), after the last step.
+    pub kv_blocks_used: Gauge,
+    pub kv_blocks_free: Gauge,
+    pub kv_blocks_cached: Gauge,
+    /// Prompt tokens not computed because their KV came from the prefix cache.
+    pub prefix_hit_tokens: Counter,
+    /// Times the prefix cache was dropped for memory pressure.
+    pub prefix_sheds: Counter,
 }
 
 impl Default for Counters {
@@ -124,6 +144,11 @@ impl Default for Counters {
             generated_tokens: Counter::default(),
             ttft: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             itl: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
+            kv_blocks_used: Gauge::default(),
+            kv_blocks_free: Gauge::default(),
+            kv_blocks_cached: Gauge::default(),
+            prefix_hit_tokens: Counter::default(),
+            prefix_sheds: Counter::default(),
         }
     }
 }
@@ -136,9 +161,19 @@ pub struct Handle {
     pub n_seq: usize,
     pub queue: usize,
     pub n_ctx: usize,
+    /// Blocks in the KV pool: `kv_blocks_used + kv_blocks_free + kv_blocks_cached`.
+    pub kv_blocks: usize,
+    /// Set to make the scheduler drop its prefix cache before its next step.
+    shed: Arc<AtomicBool>,
 }
 
 impl Handle {
+    /// Asks the scheduler to drop every cached prefix block no sequence holds (memory
+    /// pressure): done before its next step, counted in [`Counters::prefix_sheds`].
+    pub fn shed_prefix_cache(&self) {
+        self.shed.store(true, Ordering::Relaxed);
+    }
+
     /// Queues `job`, or refuses at once when it can never run or the queue is full.
     pub fn submit(&self, job: Job) -> Result<(), Refused> {
         if job.prompt.is_empty() {
@@ -194,18 +229,23 @@ pub fn spawn<R: 'static>(
     let (tx, rx) = mpsc::sync_channel(queue);
     let (ready_tx, ready_rx) = mpsc::channel();
     let c = counters.clone();
+    let shed = Arc::new(AtomicBool::new(false));
+    let shed2 = shed.clone();
     std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
         Ok((ctx, keep)) => {
-            let _ = ready_tx.send(Ok((ctx.params.n_seq_max, ctx.params.n_ctx)));
-            Scheduler::new(ctx, tok, rx, c, opts).run();
+            let sizes = (ctx.params.n_seq_max, ctx.params.n_ctx);
+            let sched = Scheduler::new(ctx, tok, rx, c, opts, shed2);
+            let b = sched.publish_blocks();
+            let _ = ready_tx.send(Ok((sizes.0, sizes.1, b.used + b.free + b.cached)));
+            sched.run();
             drop(keep);
         }
         Err(e) => {
             let _ = ready_tx.send(Err(e));
         }
     })?;
-    let (n_seq, n_ctx) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
-    Ok(Handle { tx, counters, n_seq, queue, n_ctx })
+    let (n_seq, n_ctx, kv_blocks) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
+    Ok(Handle { tx, counters, n_seq, queue, n_ctx, kv_blocks, shed })
 }
 
 /// One running request in a slot.
@@ -214,6 +254,9 @@ struct Seq {
     sampler: Sampler,
     decoder: StreamDecoder<Arc<Tokenizer>>,
     stops: StopMatcher,
+    /// The prompt, then each sampled token once it is to be fed: the tokens at the KV's
+    /// positions, for the prefix cache.
+    tokens: Vec<u32>,
     /// Positions written to the KV cache.
     n_past: usize,
     /// The token to feed next once the prompt is read.
@@ -297,6 +340,7 @@ struct Scheduler {
     /// Slot of each output row of the batch.
     rows: Vec<usize>,
     sizer: ChunkSizer,
+    shed: Arc<AtomicBool>,
 }
 
 impl Scheduler {
@@ -306,6 +350,7 @@ impl Scheduler {
         rx: Receiver<(Job, Instant)>,
         counters: Counters,
         opts: SchedulerOptions,
+        shed: Arc<AtomicBool>,
     ) -> Scheduler {
         let n_seq = ctx.params.n_seq_max.max(1);
         Scheduler {
@@ -319,7 +364,27 @@ impl Scheduler {
             batch: Batch::default(),
             rows: Vec::new(),
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
+            shed,
         }
+    }
+
+    /// Drops the prefix cache if [`Handle::shed_prefix_cache`] asked for it.
+    fn shed_if_asked(&mut self) {
+        if self.shed.swap(false, Ordering::Relaxed) {
+            self.ctx.kv.prefix_clear();
+            self.counters.prefix_sheds.inc();
+            self.publish_blocks();
+        }
+    }
+
+    /// Publishes the KV pool's block counts.
+    fn publish_blocks(&self) -> model::kv::BlockStats {
+        let b = self.ctx.kv.block_stats();
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.counters.kv_blocks_used.set(g(b.used));
+        self.counters.kv_blocks_free.set(g(b.free));
+        self.counters.kv_blocks_cached.set(g(b.cached));
+        b
     }
 
     fn run(mut self) {
@@ -327,6 +392,7 @@ impl Scheduler {
             if !self.admit() {
                 return;
             }
+            self.shed_if_asked();
             self.drop_cancelled();
             if self.order.is_empty() {
                 continue;
@@ -360,11 +426,15 @@ impl Scheduler {
             for &t in &job.prompt {
                 sampler.accept(t);
             }
+            self.shed_if_asked();
+            let hit = self.ctx.kv.prefix_adopt(slot, &job.prompt);
+            self.counters.prefix_hit_tokens.inc_by(hit as u64);
             self.slots[slot] = Some(Seq {
                 sampler,
                 decoder: StreamDecoder::new(self.tok.clone()),
                 stops: StopMatcher::new(&job.stop),
-                n_past: 0,
+                tokens: job.prompt.clone(),
+                n_past: hit,
                 next: 0,
                 n_gen: 0,
                 stop_hit: false,
@@ -399,6 +469,7 @@ impl Scheduler {
         self.ctx.kv.seq_clear(slot);
         self.order.retain(|&s| s != slot);
         self.counters.running.dec();
+        self.publish_blocks();
         Some(q)
     }
 
@@ -459,6 +530,12 @@ impl Scheduler {
             }
         }
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
+        for &s in &self.order {
+            if let Some(q) = &self.slots[s] {
+                self.ctx.kv.prefix_register(s, &q.tokens);
+            }
+        }
+        self.publish_blocks();
         let rows = std::mem::take(&mut self.rows);
         for (row, &s) in rows.iter().enumerate() {
             if let Some(reason) = self.sample(row, s) {
@@ -517,6 +594,7 @@ impl Scheduler {
             return Some(FinishReason::ContextFull);
         }
         q.next = tok;
+        q.tokens.push(tok);
         None
     }
 }

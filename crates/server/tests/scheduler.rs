@@ -1,7 +1,9 @@
 //! The scheduler on a real model (qwen2.5-coder-0.5b, pulled if missing): batch invariance
 //! (greedy answers alone == the same answers computed together, byte for byte, with prompts of
 //! different lengths so prefill chunks share steps with decoding), cancellation freeing the
-//! slot, and refusals (queue full, prompt too long).
+//! slot, and refusals (queue full, prompt too long); the prefix cache (a cached prefix gives
+//! the cold answer byte for byte, hits are counted, blocks come back, LRU eviction in a small
+//! pool, a client leaving while it shares blocks with a running sequence).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,12 +18,21 @@ const ALIAS: &str = "qwen2.5-coder-0.5b";
 const N_CTX: usize = 512;
 
 fn start(n_seq: usize, queue: usize, prefill_chunk: Option<usize>) -> (Handle, Arc<Tokenizer>) {
+    start_ctx(n_seq, queue, prefill_chunk, N_CTX)
+}
+
+fn start_ctx(
+    n_seq: usize,
+    queue: usize,
+    prefill_chunk: Option<usize>,
+    n_ctx: usize,
+) -> (Handle, Arc<Tokenizer>) {
     let path = hub::resolve(ALIAS)
         .unwrap_or_else(|e| panic!("{ALIAS} is needed: {e} (fetch it with `snug pull {ALIAS}`)"));
     let model = Arc::new(Model::load(&path).expect("the model loads"));
     let tok = Arc::new(Tokenizer::from_gguf(&model.file).expect("its tokenizer loads"));
     let params = ContextParams {
-        n_ctx: N_CTX,
+        n_ctx,
         n_seq_max: n_seq,
         n_outputs_max: n_seq,
         n_threads: 2,
@@ -114,4 +125,96 @@ fn a_dropped_receiver_frees_its_sequence_and_refusals_say_why() {
     let e = h.start(long, SamplerParams::greedy(), 4, vec![]).unwrap_err();
     assert!(matches!(e, Refused::TooLong { n_prompt: 512, n_ctx: 512, max: 511 }), "{e:?}");
     assert!(e.to_string().contains("512 tokens"), "{e}");
+}
+
+/// A prompt of well over 100 tokens, so several full 32-token blocks can be shared.
+const LONG: &str = "// A small library of list utilities in C. Each function takes the head of a \
+     singly linked list and returns the new head; no function allocates except where it says so, \
+     and every function keeps the list acyclic. The nodes are defined below, followed by the \
+     functions: reverse, append, remove_if, length and free_all, each with a comment that states \
+     its invariant and its cost in time and memory. The tests at the end of the file build lists \
+     of zero, one, two and a thousand nodes, run every function on each of them, and check the \
+     lengths, the order of the values and that valgrind reports no leak and no invalid read.\n";
+
+/// The pool's blocks add up, and none is held by a sequence once nothing runs.
+fn assert_blocks_back(h: &Handle) {
+    let c = &h.counters;
+    let (used, free, cached) =
+        (c.kv_blocks_used.get(), c.kv_blocks_free.get(), c.kv_blocks_cached.get());
+    assert_eq!(used, 0, "blocks still held with nothing running (free {free}, cached {cached})");
+    assert_eq!((used + free + cached) as usize, h.kv_blocks, "used + free + cached");
+}
+
+#[test]
+fn a_cached_prefix_gives_the_cold_answer_and_is_counted() {
+    let (h, tok) = start(1, 4, None);
+    let a = format!("{LONG}struct node {{");
+    let b = format!("{LONG}int length(");
+    let n_a = tok.encode(&a, true, false).len();
+    assert!(n_a > 100, "the prompt is long enough to share blocks ({n_a} tokens)");
+    let hits = || h.counters.prefix_hit_tokens.get();
+    let cold = finish(greedy(&h, &tok, &a, 16)).0;
+    assert!(!cold.is_empty());
+    assert_eq!(hits(), 0, "nothing was cached before the first request");
+    assert!(h.counters.kv_blocks_cached.get() > 0, "a finished request's blocks stay cached");
+    assert_blocks_back(&h);
+    // The same prompt again: every full block of it but the one holding its last token.
+    let warm = finish(greedy(&h, &tok, &a, 16)).0;
+    assert_eq!(hits(), ((n_a - 1) / 32 * 32) as u64);
+    assert_eq!(warm, cold, "the answer from a cached prefix differs from the cold one");
+    // Shed (memory pressure): the next run is cold again, and the same.
+    h.shed_prefix_cache();
+    let before = hits();
+    let again = finish(greedy(&h, &tok, &a, 16)).0;
+    assert_eq!(hits(), before, "the shed cache still served a prefix");
+    assert_eq!(h.counters.prefix_sheds.get(), 1);
+    assert_eq!(again, cold);
+    // Another prompt sharing the leading blocks reuses them.
+    let before = hits();
+    let n_b = finish(greedy(&h, &tok, &b, 8)).2;
+    assert!(n_b > 0);
+    assert!(hits() >= before + 96, "the shared prefix was not reused ({} tokens)", hits() - before);
+    assert_blocks_back(&h);
+}
+
+#[test]
+fn a_small_pool_evicts_the_least_recently_used_prefix() {
+    // 128 positions for one sequence: a handful of finished prompts fill the pool.
+    let (h, tok) = start_ctx(1, 4, None, 128);
+    let prompts: Vec<String> = (0..6).map(|i| format!("Note {i}. {}", &LONG[..300])).collect();
+    let hits = || h.counters.prefix_hit_tokens.get();
+    let first = finish(greedy(&h, &tok, &prompts[0], 4)).0;
+    for p in &prompts[1..] {
+        let (text, _, n) = finish(greedy(&h, &tok, p, 4));
+        assert!(n > 0, "{text:?}");
+        assert_blocks_back(&h);
+    }
+    assert_eq!(hits(), 0, "the prompts differ from their first token");
+    // The oldest prompt's blocks were the first to go: it runs cold, and the same.
+    let again = finish(greedy(&h, &tok, &prompts[0], 4)).0;
+    assert_eq!(hits(), 0, "the least recently used prefix was still cached");
+    assert_eq!(again, first);
+    // The newest one is still there.
+    let last = prompts.last().unwrap();
+    finish(greedy(&h, &tok, last, 4));
+    assert!(hits() > 0, "the most recent prefix was evicted");
+    assert_blocks_back(&h);
+}
+
+#[test]
+fn a_client_leaving_frees_its_blocks_and_spares_the_shared_ones() {
+    let (h, tok) = start(2, 4, None);
+    let a = format!("{LONG}void reverse(");
+    let b = format!("{LONG}void free_all(");
+    let alone = finish(greedy(&h, &tok, &a, 32)).0;
+    // Both start on the cached prefix; the second one's client goes away after its first piece.
+    let rx_a = greedy(&h, &tok, &a, 32);
+    let mut rx_b = greedy(&h, &tok, &b, 200);
+    assert!(matches!(rx_b.blocking_recv(), Some(Event::Text(_))));
+    drop(rx_b);
+    assert!(h.counters.prefix_hit_tokens.get() >= 2 * 96, "both shared the cached prefix");
+    assert_eq!(finish(rx_a).0, alone, "the shared blocks changed under the sequence using them");
+    assert_eq!(h.counters.running.get(), 0);
+    assert_blocks_back(&h);
+    assert!(h.counters.kv_blocks_cached.get() > 0);
 }

@@ -7,11 +7,12 @@
 //! output is rotated back). Quantized keys are stored per channel over each 32-token block
 //! (KIVI, see [`format`]): the block a sequence is filling keeps its keys in f16 (32 tokens ×
 //! one layer's KV heads, per layer per sequence) and is quantized when its last token arrives. A sliding window (the model's own, per layer, or `--window` + `--sinks`)
-//! frees blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] are
-//! copied on write.
+//! frees blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] or
+//! taken from the [`prefix`] cache ([`KvCache::prefix_adopt`]) are copied on write.
 
 pub mod format;
 pub mod pool;
+pub mod prefix;
 mod view;
 
 use half::f16;
@@ -23,6 +24,7 @@ pub use crate::params::{KvType, ParseKvTypeError};
 use crate::ModelError;
 pub use format::kernels;
 use pool::{BlockId, BlockPool, NO_BLOCK};
+use prefix::PrefixCache;
 pub use view::{key_scratch_floats, LayerView};
 
 /// Identifies one sequence (one conversation) in a [`crate::Context`].
@@ -84,6 +86,36 @@ struct SeqKv {
     /// [n_layer][BLOCK_TOKENS][n_head_kv × head_dim] f16 keys of each layer's `tail` block
     /// (empty unless keys are per channel).
     staged: Vec<f16>,
+    /// Leading full blocks offered to the prefix cache, and the chain key of the last of them.
+    registered: usize,
+    chain: u64,
+}
+
+impl SeqKv {
+    /// An empty sequence; `staged_layer`: f16 keys staged per layer (0 unless per channel).
+    fn new(n_layer: usize, staged_layer: usize) -> SeqKv {
+        SeqKv {
+            tables: vec![Vec::new(); n_layer],
+            freed_to: vec![0; n_layer],
+            len: 0,
+            evicted: false,
+            tail: vec![NO_TAIL; n_layer],
+            staged: vec![f16::ZERO; n_layer * staged_layer],
+            registered: 0,
+            chain: 0,
+        }
+    }
+}
+
+/// What the pool's blocks are doing: `used + free + cached` is the pool's capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStats {
+    /// Held by at least one sequence (shared ones counted once).
+    pub used: usize,
+    /// Held by nobody.
+    pub free: usize,
+    /// Held by the prefix cache alone: kept for reuse, evicted when blocks are needed.
+    pub cached: usize,
 }
 
 /// Which positions a layer's queries see: all, or the first `sinks` plus the last `window`.
@@ -127,6 +159,8 @@ pub struct KvCache {
     /// Block layout: keys (`[BLOCK_TOKENS][n_head_kv][k_head]` per token, or
     /// `[n_head_kv][k_head]` per-channel blocks), then `[BLOCK_TOKENS][n_head_kv][v_head]` values.
     pool: BlockPool,
+    /// Full blocks kept for sequences that start with the same tokens.
+    prefix: PrefixCache,
     seqs: Vec<Option<SeqKv>>,
     /// [max(head_dim, head_dim_v)] rotation scratch.
     tmp: Vec<f32>,
@@ -165,6 +199,7 @@ impl KvCache {
         let per_seq: usize = windows.iter().map(|w| span(w).div_ceil(BLOCK_TOKENS) + 3).sum();
         let capacity = per_seq * p.n_seq_max.max(1);
         let pool = BlockPool::new(block_bytes, capacity, 2 * cfg.n_layer);
+        let prefix = PrefixCache::new(windows.iter().all(|w| w.window.is_none()));
         KvCache {
             n_layer: cfg.n_layer,
             n_ctx: p.n_ctx,
@@ -181,6 +216,7 @@ impl KvCache {
             unbounded: user.is_some(),
             rotate_v: v_type.is_quantized() && hdv.is_power_of_two(),
             pool,
+            prefix,
             seqs: (0..p.n_seq_max).map(|_| None).collect(),
             tmp: vec![0.0; key_scratch_floats(hd).max(hdv)],
         }
@@ -199,7 +235,7 @@ impl KvCache {
         self.n_layer * (self.k_row + self.v_row)
     }
 
-    /// Bytes of blocks currently owned by sequences.
+    /// Bytes of blocks currently held by sequences or the prefix cache.
     pub fn bytes_used(&self) -> usize {
         self.pool.n_used() * self.pool.block_bytes()
     }
@@ -254,14 +290,7 @@ impl KvCache {
         // f16 keys of one layer's block being filled.
         let staged_layer = if per_channel { BLOCK_TOKENS * nh * hd } else { 0 };
         let n_layer = self.n_layer;
-        let s = self.seqs[seq].get_or_insert_with(|| SeqKv {
-            tables: vec![Vec::new(); n_layer],
-            freed_to: vec![0; n_layer],
-            len: 0,
-            evicted: false,
-            tail: vec![NO_TAIL; n_layer],
-            staged: vec![f16::ZERO; n_layer * staged_layer],
-        });
+        let s = self.seqs[seq].get_or_insert_with(|| SeqKv::new(n_layer, staged_layer));
         let (b, slot) = (pos / BLOCK_TOKENS, pos % BLOCK_TOKENS);
         let staged = &mut s.staged[il * staged_layer..(il + 1) * staged_layer];
         if per_channel && s.tail[il] != b {
@@ -270,6 +299,7 @@ impl KvCache {
             if s.tail[il] != NO_TAIL {
                 flush_tail(
                     &mut self.pool,
+                    &mut self.prefix,
                     &mut s.tables[il],
                     s.tail[il],
                     staged,
@@ -281,7 +311,7 @@ impl KvCache {
             s.tail[il] = b;
             stage_block(&self.pool, &s.tables[il], b, staged, self.k_type, nh, hd, &mut self.tmp);
         }
-        let id = own_block(&mut self.pool, &mut s.tables[il], b)?;
+        let id = own_block(&mut self.pool, &mut self.prefix, &mut s.tables[il], b)?;
         s.len = s.len.max(pos + 1);
         let (k_row, v_row, k_head, v_head) = (self.k_row, self.v_row, self.k_head, self.v_head);
         let block = self.pool.block_mut(id);
@@ -306,7 +336,8 @@ impl KvCache {
         }
         staged[slot * nh * hd..(slot + 1) * nh * hd].convert_from_f32_slice(&k[..nh * hd]);
         if slot == BLOCK_TOKENS - 1 {
-            flush_tail(&mut self.pool, &mut s.tables[il], b, staged, self.k_type, nh, hd)?;
+            let (pool, prefix) = (&mut self.pool, &mut self.prefix);
+            flush_tail(pool, prefix, &mut s.tables[il], b, staged, self.k_type, nh, hd)?;
             s.tail[il] = NO_TAIL;
         }
         Ok(())
@@ -386,6 +417,11 @@ impl KvCache {
             return;
         };
         s.len = s.len.min(len);
+        if s.registered * BLOCK_TOKENS > len {
+            // Offered again from the start (the chain key of a shorter prefix is not kept).
+            s.registered = 0;
+            s.chain = 0;
+        }
         let keep = len.div_ceil(BLOCK_TOKENS);
         // A block being filled past the cut is dropped; one cut in the middle is staged again by
         // the next write into it (its kept keys then go through 4 bits twice).
@@ -439,6 +475,88 @@ impl KvCache {
         self.seqs[dst] = Some(copy);
         Ok(())
     }
+
+    /// True when full blocks are shared through the prefix cache (no layer has a window).
+    pub fn prefix_enabled(&self) -> bool {
+        self.prefix.on
+    }
+
+    /// Starts `seq` (emptied first) on the longest cached prefix of `tokens`, leaving at least
+    /// the last token to compute (its logits are needed): the positions now held, a multiple of
+    /// [`BLOCK_TOKENS`]. The blocks are shared, not copied.
+    pub fn prefix_adopt(&mut self, seq: SeqId, tokens: &[u32]) -> usize {
+        if seq >= self.seqs.len() {
+            return 0;
+        }
+        self.seq_clear(seq);
+        if !self.prefix.on {
+            return 0;
+        }
+        let max_blocks = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
+        let staged_layer = if self.k_type.k_per_channel() {
+            BLOCK_TOKENS * self.n_head_kv * self.head_dim
+        } else {
+            0
+        };
+        let mut s = SeqKv::new(self.n_layer, staged_layer);
+        let (found, chain) = self.prefix.lookup(tokens, max_blocks);
+        if found.is_empty() {
+            return 0;
+        }
+        for blocks in &found {
+            for (table, &id) in s.tables.iter_mut().zip(blocks.iter()) {
+                self.pool.retain(id);
+                table.push(id);
+            }
+        }
+        s.registered = found.len();
+        s.len = found.len() * BLOCK_TOKENS;
+        s.chain = chain;
+        let len = s.len;
+        self.seqs[seq] = Some(s);
+        len
+    }
+
+    /// Offers `seq`'s full blocks not yet offered to the prefix cache; `tokens` are the tokens
+    /// at its positions (at least its length of them).
+    pub fn prefix_register(&mut self, seq: SeqId, tokens: &[u32]) {
+        let Some(Some(s)) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        if !self.prefix.on || s.evicted {
+            return;
+        }
+        let full = s.len.min(tokens.len()) / BLOCK_TOKENS;
+        let mut blocks = Vec::with_capacity(self.n_layer);
+        while s.registered < full {
+            let b = s.registered;
+            blocks.clear();
+            for (table, &tail) in s.tables.iter().zip(&s.tail) {
+                match table.get(b) {
+                    Some(&id) if id != NO_BLOCK && tail != b => blocks.push(id),
+                    // Not whole in the pool yet: offered at a later call.
+                    _ => return,
+                }
+            }
+            let block = &tokens[b * BLOCK_TOKENS..(b + 1) * BLOCK_TOKENS];
+            self.prefix.insert(&mut self.pool, s.chain, block, &blocks);
+            s.chain = prefix::chain_key(s.chain, block);
+            s.registered += 1;
+        }
+    }
+
+    /// Drops the whole prefix cache (memory pressure); returns the blocks that went back to
+    /// the pool.
+    pub fn prefix_clear(&mut self) -> usize {
+        self.prefix.clear(&mut self.pool)
+    }
+
+    /// Blocks used by sequences, free, and held by the prefix cache alone.
+    pub fn block_stats(&self) -> BlockStats {
+        let cached = self.prefix.n_cached_only(&self.pool);
+        let held = self.pool.n_used();
+        BlockStats { used: held - cached, free: self.pool.capacity() - held, cached }
+    }
 }
 
 /// Encodes one head, Hadamard-rotated first when `rotate` (`tmp`: scratch of ≥ `x.len()`).
@@ -453,9 +571,11 @@ fn encode_head_rotated(ty: KvType, rotate: bool, x: &[f32], dst: &mut [u8], tmp:
     }
 }
 
-/// The block at `table[b]`, owned by this table alone: allocated if absent, copied if shared.
+/// The block at `table[b]`, owned by this table alone: allocated if absent, copied if shared
+/// (with another sequence or the prefix cache).
 fn own_block(
     pool: &mut BlockPool,
+    prefix: &mut PrefixCache,
     table: &mut Vec<BlockId>,
     b: usize,
 ) -> Result<BlockId, ModelError> {
@@ -463,9 +583,9 @@ fn own_block(
         table.resize(b + 1, NO_BLOCK);
     }
     let id = match table[b] {
-        NO_BLOCK => pool.alloc()?,
+        NO_BLOCK => prefix::alloc(pool, prefix)?,
         id if pool.refs(id) > 1 => {
-            let new = pool.alloc()?;
+            let new = prefix::alloc(pool, prefix)?;
             pool.copy(id, new);
             pool.release(id);
             new
@@ -478,8 +598,10 @@ fn own_block(
 
 /// Encodes the staged f16 keys (`[BLOCK_TOKENS][n_head_kv × head_dim]`) of block `b` into its
 /// per-channel key region (`[n_head_kv][key_block_bytes]`).
+#[allow(clippy::too_many_arguments)]
 fn flush_tail(
     pool: &mut BlockPool,
+    prefix: &mut PrefixCache,
     table: &mut Vec<BlockId>,
     b: usize,
     staged: &[f16],
@@ -487,7 +609,7 @@ fn flush_tail(
     nh: usize,
     hd: usize,
 ) -> Result<(), ModelError> {
-    let id = own_block(pool, table, b)?;
+    let id = own_block(pool, prefix, table, b)?;
     let k_head = format::key_block_bytes(ty, hd);
     let keys = &mut pool.block_mut(id)[..nh * k_head];
     for (h, dst) in keys.chunks_exact_mut(k_head).enumerate() {

@@ -1,0 +1,245 @@
+//! Prefix cache: the full KV blocks of running and finished sequences, kept under a key that
+//! names every token up to their end, so a new sequence whose tokens start the same way takes
+//! them instead of computing them again.
+//!
+//! Keys are a hash chain over [`BLOCK_TOKENS`]-token blocks (the cache's own block size, so one
+//! cached block is one pool block per layer and nothing is split or copied): block `i`'s key is
+//! `H(key of block i-1, tokens of block i)`, with 0 before block 0. An entry also keeps its
+//! parent's key and its tokens and a lookup compares both, so a hash collision is a miss, never
+//! another prompt's KV. An entry holds one pool block per layer and one reference on each (the
+//! pool's refcounts): a block lives while the cache or any sequence holds it. Sequences share
+//! only full blocks and write only past them; a write into a shared block (after a truncation)
+//! copies it first (`own_block`).
+//!
+//! Eviction: when the pool has no free block, the least-recently-used entry whose blocks no
+//! sequence holds is dropped (its blocks go back to the pool) and the allocation is retried.
+//! A lookup touches its chain from the end back to the root, so parents are always more recent
+//! than their children and chains shrink from the leaves. [`PrefixCache::clear`] drops every
+//! entry (memory pressure sheds the cache before anything else).
+//!
+//! Sliding windows: a windowed layer frees blocks a query can no longer see, so such a block
+//! cannot be shared with a sequence that still needs it, and a block computed under a window
+//! is not what a fresh sequence would compute. The cache is therefore off for a context with any
+//! windowed layer (gemma's local layers, `--window`): those run cold, as before.
+//!
+//! Cost: per entry its 32 tokens (128 bytes), 4 bytes per layer and two map slots; a lookup or
+//! a registration hashes each block's tokens once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+use super::pool::{BlockId, BlockPool};
+use super::BLOCK_TOKENS;
+
+/// The key of the block after `parent` holding `tokens`.
+pub fn chain_key(parent: u64, tokens: &[u32]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
+}
+
+struct Entry {
+    parent: u64,
+    tokens: [u32; BLOCK_TOKENS],
+    /// [n_layer] one pool block per layer, each with one reference held by the cache.
+    blocks: Box<[BlockId]>,
+    /// Last use, for LRU order.
+    tick: u64,
+}
+
+/// Cached full blocks by chain key (see the module doc).
+#[derive(Default)]
+pub struct PrefixCache {
+    /// False when the context has a windowed layer: nothing is cached.
+    pub(super) on: bool,
+    entries: HashMap<u64, Entry>,
+    /// tick → key, oldest first.
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+}
+
+impl PrefixCache {
+    pub fn new(on: bool) -> PrefixCache {
+        PrefixCache { on, ..PrefixCache::default() }
+    }
+
+    /// Entries held (each is one block per layer).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The blocks (per entry, per layer) of the longest cached chain that `tokens` starts with,
+    /// at most `max_blocks` long; each entry on it becomes the most recently used.
+    pub fn lookup(&mut self, tokens: &[u32], max_blocks: usize) -> (Vec<&[BlockId]>, u64) {
+        let mut keys = Vec::new();
+        let mut key = 0;
+        for block in tokens.chunks_exact(BLOCK_TOKENS).take(max_blocks) {
+            let k = chain_key(key, block);
+            match self.entries.get(&k) {
+                Some(e) if e.parent == key && e.tokens[..] == *block => {
+                    keys.push(k);
+                    key = k;
+                }
+                _ => break,
+            }
+        }
+        for &k in keys.iter().rev() {
+            self.touch(k);
+        }
+        (keys.iter().map(|k| &self.entries[k].blocks[..]).collect(), key)
+    }
+
+    fn touch(&mut self, key: u64) {
+        self.tick += 1;
+        if let Some(e) = self.entries.get_mut(&key) {
+            self.lru.remove(&e.tick);
+            e.tick = self.tick;
+            self.lru.insert(self.tick, key);
+        }
+    }
+
+    /// True if `key` is cached.
+    pub fn contains(&self, key: u64) -> bool {
+        self.entries.contains_key(&key)
+    }
+
+    /// Caches `blocks` (one per layer) as the block after `parent` holding `tokens`, taking a
+    /// reference on each. Does nothing if the key is cached already.
+    pub fn insert(
+        &mut self,
+        pool: &mut BlockPool,
+        parent: u64,
+        tokens: &[u32],
+        blocks: &[BlockId],
+    ) {
+        let key = chain_key(parent, tokens);
+        if self.entries.contains_key(&key) {
+            return;
+        }
+        let Ok(tokens) = <[u32; BLOCK_TOKENS]>::try_from(tokens) else {
+            return;
+        };
+        for &id in blocks {
+            pool.retain(id);
+        }
+        self.tick += 1;
+        self.lru.insert(self.tick, key);
+        self.entries.insert(key, Entry { parent, tokens, blocks: blocks.into(), tick: self.tick });
+    }
+
+    /// Drops the least-recently-used entry no sequence shares, returning its blocks to the
+    /// pool. False when there is none.
+    pub fn evict_one(&mut self, pool: &mut BlockPool) -> bool {
+        let Some((&tick, &key)) = self
+            .lru
+            .iter()
+            .find(|(_, k)| self.entries[*k].blocks.iter().all(|&id| pool.refs(id) == 1))
+        else {
+            return false;
+        };
+        self.lru.remove(&tick);
+        if let Some(e) = self.entries.remove(&key) {
+            for &id in e.blocks.iter() {
+                pool.release(id);
+            }
+        }
+        true
+    }
+
+    /// Drops every entry; returns how many blocks went back to the pool (those no sequence
+    /// shares).
+    pub fn clear(&mut self, pool: &mut BlockPool) -> usize {
+        let mut freed = 0;
+        for (_, e) in self.entries.drain() {
+            for &id in e.blocks.iter() {
+                freed += usize::from(pool.refs(id) == 1);
+                pool.release(id);
+            }
+        }
+        self.lru.clear();
+        freed
+    }
+
+    /// Blocks held by the cache alone (no sequence shares them): what eviction can free.
+    pub fn n_cached_only(&self, pool: &BlockPool) -> usize {
+        self.entries
+            .values()
+            .flat_map(|e| e.blocks.iter())
+            .filter(|&&id| pool.refs(id) == 1)
+            .count()
+    }
+}
+
+/// A free block, evicting least-recently-used cached blocks while the pool has none.
+pub fn alloc(pool: &mut BlockPool, cache: &mut PrefixCache) -> Result<BlockId, crate::ModelError> {
+    loop {
+        match pool.alloc() {
+            Ok(id) => return Ok(id),
+            Err(e) => {
+                if !cache.evict_one(pool) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(seed: u32) -> Vec<u32> {
+        (0..BLOCK_TOKENS as u32).map(|i| seed * 1000 + i).collect()
+    }
+
+    #[test]
+    fn a_chain_is_found_to_its_longest_match_and_leaves_are_evicted_first() {
+        let mut pool = BlockPool::new(64, 4, 0);
+        let mut c = PrefixCache::new(true);
+        let (a, b) = (pool.alloc().unwrap(), pool.alloc().unwrap());
+        let (t0, t1) = (toks(1), toks(2));
+        c.insert(&mut pool, 0, &t0, &[a]);
+        c.insert(&mut pool, chain_key(0, &t0), &t1, &[b]);
+        // The sequence that computed them lets go: the cache alone holds them.
+        pool.release(a);
+        pool.release(b);
+        assert_eq!(c.n_cached_only(&pool), 2);
+        let prompt: Vec<u32> = t0.iter().chain(&t1).chain(&[7]).copied().collect();
+        let (found, _) = c.lookup(&prompt, 2);
+        assert_eq!(found, vec![&[a][..], &[b][..]]);
+        let (found, _) = c.lookup(&prompt, 1);
+        assert_eq!(found.len(), 1);
+        // Another first block: no match at all, even where the second block's tokens agree.
+        let other: Vec<u32> = toks(3).iter().chain(&t1).copied().collect();
+        assert!(c.lookup(&other, 2).0.is_empty());
+        assert!(c.evict_one(&mut pool));
+        let (found, _) = c.lookup(&prompt, 2);
+        assert_eq!(found, vec![&[a][..]], "the leaf went first");
+        // Fill the pool: allocation evicts the rest.
+        let ids: Vec<_> = (0..4).map(|_| alloc(&mut pool, &mut c).unwrap()).collect();
+        assert_eq!(ids.len(), 4);
+        assert!(c.is_empty());
+        assert!(alloc(&mut pool, &mut c).is_err(), "nothing left to evict");
+    }
+
+    #[test]
+    fn shared_blocks_are_not_evicted_and_clear_frees_only_unshared_ones() {
+        let mut pool = BlockPool::new(64, 2, 0);
+        let mut c = PrefixCache::new(true);
+        let (a, b) = (pool.alloc().unwrap(), pool.alloc().unwrap());
+        c.insert(&mut pool, 0, &toks(1), &[a]);
+        c.insert(&mut pool, 0, &toks(2), &[b]);
+        pool.release(b);
+        // `a` is still held by its sequence: only `b` can go.
+        assert!(c.evict_one(&mut pool));
+        assert!(!c.evict_one(&mut pool));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.clear(&mut pool), 0, "a's sequence still holds it");
+        assert_eq!(pool.refs(a), 1);
+    }
+}
