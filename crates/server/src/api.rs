@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use engine::SamplerParams;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -143,20 +144,89 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A request body parsed as `T`, or the error in the route's shape (413 past the size limit).
-pub fn parse<T: for<'de> Deserialize<'de>>(
-    style: Style,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let bytes = body.map_err(|r| {
+/// A request body's bytes, or the error in the route's shape (413 past the size limit).
+pub fn body_bytes(style: Style, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
         let msg = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             "the request body is larger than this server accepts (--max-body)".to_string()
         } else {
             format!("reading the request body: {}", r.body_text())
         };
         ApiError::new(style, r.status(), msg).with_code("invalid_body")
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::json(style, e))
+    })
+}
+
+/// A request body parsed as `T`, or a 400 in the route's shape.
+pub fn from_json<T: for<'de> Deserialize<'de>>(style: Style, body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::json(style, e))
+}
+
+/// `messages` if there is at least one.
+pub fn some_messages(
+    style: Style,
+    messages: Vec<tokenizer::ChatMessage>,
+) -> Result<Vec<tokenizer::ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::bad_request(style, "messages is empty: send at least one message"));
+    }
+    Ok(messages)
+}
+
+/// The routes that take a body, by path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyRoute {
+    ChatCompletions,
+    Completions,
+    Show,
+    Chat,
+    Generate,
+    Pull,
+}
+
+impl BodyRoute {
+    pub const ALL: [BodyRoute; 6] = [
+        BodyRoute::ChatCompletions,
+        BodyRoute::Completions,
+        BodyRoute::Show,
+        BodyRoute::Chat,
+        BodyRoute::Generate,
+        BodyRoute::Pull,
+    ];
+
+    pub fn path(self) -> &'static str {
+        match self {
+            BodyRoute::ChatCompletions => "/v1/chat/completions",
+            BodyRoute::Completions => "/v1/completions",
+            BodyRoute::Show => "/api/show",
+            BodyRoute::Chat => "/api/chat",
+            BodyRoute::Generate => "/api/generate",
+            BodyRoute::Pull => "/api/pull",
+        }
+    }
+}
+
+/// A route's request, decoded and validated as far as it can be without the model.
+#[derive(Debug)]
+pub enum Decoded {
+    ChatCompletions(openai::Chat),
+    Completions(openai::Completion),
+    Show(ollama::Show),
+    Chat(ollama::Chat),
+    Generate(ollama::Generate),
+    Pull(ollama::Pull),
+}
+
+/// `body` as `route`'s request: the decoding and validation its handler runs first (a pure
+/// function of the bytes, which is what the `server_requests` fuzz target drives).
+pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
+    Ok(match route {
+        BodyRoute::ChatCompletions => Decoded::ChatCompletions(openai::Chat::decode(body)?),
+        BodyRoute::Completions => Decoded::Completions(openai::Completion::decode(body)?),
+        BodyRoute::Show => Decoded::Show(ollama::Show::decode(body)?),
+        BodyRoute::Chat => Decoded::Chat(ollama::Chat::decode(body)?),
+        BodyRoute::Generate => Decoded::Generate(ollama::Generate::decode(body)?),
+        BodyRoute::Pull => Decoded::Pull(ollama::Pull::decode(body)?),
+    })
 }
 
 /// Counts every routed request by route and status, and checks the API key on every route but
@@ -228,18 +298,12 @@ impl AppState {
         }
     }
 
-    /// The prompt of a chat: the model's template over `messages`, tokenized.
+    /// The prompt of a chat: the model's template over `messages` (at least one), tokenized.
     pub fn chat_prompt(
         &self,
         style: Style,
         messages: &[tokenizer::ChatMessage],
     ) -> Result<Vec<u32>, ApiError> {
-        if messages.is_empty() {
-            return Err(ApiError::bad_request(
-                style,
-                "messages is empty: send at least one message",
-            ));
-        }
         let template = self.template.as_ref().map_err(|e| {
             ApiError::new(style, StatusCode::INTERNAL_SERVER_ERROR, format!("the model's chat template does not load: {e}; use the completion route with a prompt of your own"))
         })?;
@@ -249,8 +313,8 @@ impl AppState {
         Ok(self.tok.encode(&text, true, true))
     }
 
-    /// Queues a generation: `max_tokens` (default: until the context is full) must be at
-    /// least 1.
+    /// Queues a generation of at most `max_tokens` (default: until the context is full; a
+    /// [`Settings`] never holds 0).
     pub fn submit(
         &self,
         style: Style,
@@ -260,9 +324,6 @@ impl AppState {
         stop: Vec<String>,
     ) -> Result<UnboundedReceiver<Event>, ApiError> {
         let max_tokens = max_tokens.unwrap_or(self.engine.n_ctx);
-        if max_tokens == 0 {
-            return Err(ApiError::bad_request(style, "the token limit must be at least 1"));
-        }
         self.engine
             .start(prompt, sampling, max_tokens, stop)
             .map_err(|r| ApiError::refused(style, r))
@@ -282,6 +343,30 @@ pub struct Knobs {
     pub repeat_last_n: Option<i64>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
+}
+
+/// A generation's settings, validated: what the scheduler takes besides the prompt.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub sampling: SamplerParams,
+    /// At least 1; `None`: until the context is full.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+}
+
+impl Settings {
+    /// `knobs` validated, a token limit of 0 refused.
+    pub fn new(
+        style: Style,
+        knobs: &Knobs,
+        max_tokens: Option<usize>,
+        stop: Vec<String>,
+    ) -> Result<Settings, ApiError> {
+        if max_tokens == Some(0) {
+            return Err(ApiError::bad_request(style, "the token limit must be at least 1"));
+        }
+        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop })
+    }
 }
 
 impl Knobs {
@@ -309,7 +394,7 @@ fn fresh_seed() -> u64 {
 }
 
 /// `stop` as OpenAI sends it: one string or a list.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Stop {
     One(String),

@@ -16,11 +16,15 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
-use crate::api::{collect, event_body, parse, rfc3339, streamed, ApiError, Knobs, Shared, Style};
+use crate::api::{
+    body_bytes, collect, event_body, from_json, rfc3339, some_messages, streamed, ApiError, Knobs,
+    Settings, Shared, Style,
+};
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::AppState;
 
@@ -29,33 +33,50 @@ const S: Style = Style::Ollama;
 /// The Ollama version this API follows (clients compare it to enable features).
 const OLLAMA_VERSION: &str = "0.6.0";
 
-#[derive(Debug, Default, Deserialize)]
-struct Options {
+/// Generation options (others, such as `num_ctx`, are accepted and ignored). Sampling ranges
+/// are checked by `SamplerParams::validate` (a 400 naming the field); the schema states them.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct Options {
+    /// Tokens to generate at most; negative: until the context is full; 0 is refused.
     num_predict: Option<i64>,
     temperature: Option<f32>,
     top_k: Option<i64>,
+    #[schemars(range(min = 0, max = 1))]
     top_p: Option<f32>,
+    #[schemars(range(min = 0, max = 1))]
     min_p: Option<f32>,
     seed: Option<i64>,
     stop: Option<Vec<String>>,
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
     repeat_penalty: Option<f32>,
     repeat_last_n: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ChatRequest {
+/// A chat message as the schema describes it: role and content; other fields (`images`,
+/// `tool_calls`…) go to the template.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct MessageSchema {
+    role: String,
+    content: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ChatRequest {
     model: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Vec<MessageSchema>", length(min = 1))]
     messages: Vec<ChatMessage>,
     stream: Option<bool>,
     options: Option<Options>,
 }
 
-#[derive(Debug, Deserialize)]
-struct GenerateRequest {
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GenerateRequest {
     model: Option<String>,
+    /// Empty or absent: only answers that the model is loaded.
     #[serde(default)]
     prompt: String,
     system: Option<String>,
@@ -65,11 +86,122 @@ struct GenerateRequest {
     options: Option<Options>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ShowRequest {
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ShowRequest {
     model: Option<String>,
     /// The older clients' name for `model`.
     name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PullRequest {
+    model: Option<String>,
+    /// The older clients' name for `model`.
+    name: Option<String>,
+    /// Accepted for Ollama's clients; snug fetches from its own registry only.
+    insecure: Option<bool>,
+    stream: Option<bool>,
+}
+
+/// The `model` (or older `name`) of a request that must name one.
+fn required_model(model: Option<String>, name: Option<String>) -> Result<String, ApiError> {
+    match model.or(name) {
+        Some(m) if !m.is_empty() => Ok(m),
+        _ => Err(ApiError::bad_request(S, "model is required: the name of the model")),
+    }
+}
+
+/// `Options` validated: the sampling settings, the token limit and the stop strings.
+fn settings(options: Option<Options>) -> Result<Settings, ApiError> {
+    let o = options.unwrap_or_default();
+    let knobs = Knobs {
+        temperature: o.temperature,
+        top_k: o.top_k,
+        top_p: o.top_p,
+        min_p: o.min_p,
+        seed: o.seed,
+        repeat_penalty: o.repeat_penalty,
+        repeat_last_n: o.repeat_last_n,
+        presence_penalty: o.presence_penalty,
+        frequency_penalty: o.frequency_penalty,
+    };
+    // Negative num_predict: until the context is full.
+    let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
+    Settings::new(S, &knobs, max, o.stop.unwrap_or_default())
+}
+
+/// `/api/show`'s request, decoded: the model asked about.
+#[derive(Debug)]
+pub struct Show {
+    pub model: String,
+}
+
+impl Show {
+    pub fn decode(body: &[u8]) -> Result<Show, ApiError> {
+        let req: ShowRequest = from_json(S, body)?;
+        Ok(Show { model: required_model(req.model, req.name)? })
+    }
+}
+
+/// `/api/pull`'s request, decoded.
+#[derive(Debug)]
+pub struct Pull {
+    pub model: String,
+    pub stream: bool,
+}
+
+impl Pull {
+    pub fn decode(body: &[u8]) -> Result<Pull, ApiError> {
+        let req: PullRequest = from_json(S, body)?;
+        let _ = req.insecure;
+        Ok(Pull { model: required_model(req.model, req.name)?, stream: req.stream.unwrap_or(true) })
+    }
+}
+
+/// `/api/chat`'s request, decoded and validated.
+#[derive(Debug)]
+pub struct Chat {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    pub stream: bool,
+    pub settings: Settings,
+}
+
+impl Chat {
+    pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
+        let req: ChatRequest = from_json(S, body)?;
+        Ok(Chat {
+            settings: settings(req.options)?,
+            model: req.model,
+            messages: some_messages(S, req.messages)?,
+            stream: req.stream.unwrap_or(true),
+        })
+    }
+}
+
+/// `/api/generate`'s request, decoded and validated.
+#[derive(Debug)]
+pub struct Generate {
+    pub model: Option<String>,
+    pub prompt: String,
+    pub system: Option<String>,
+    pub raw: bool,
+    pub stream: bool,
+    pub settings: Settings,
+}
+
+impl Generate {
+    pub fn decode(body: &[u8]) -> Result<Generate, ApiError> {
+        let req: GenerateRequest = from_json(S, body)?;
+        Ok(Generate {
+            settings: settings(req.options)?,
+            model: req.model,
+            prompt: req.prompt,
+            system: req.system,
+            raw: req.raw,
+            stream: req.stream.unwrap_or(true),
+        })
+    }
 }
 
 fn done_reason(r: FinishReason) -> &'static str {
@@ -111,29 +243,15 @@ fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
     v
 }
 
-/// Queues `prompt` with `options` and answers as NDJSON records or one JSON object.
+/// Queues `prompt` with `settings` and answers as NDJSON records or one JSON object.
 async fn respond(
     st: &AppState,
     kind: Kind,
     prompt: Vec<u32>,
-    options: Option<Options>,
+    s: Settings,
     stream: bool,
 ) -> Result<Response, ApiError> {
-    let o = options.unwrap_or_default();
-    let knobs = Knobs {
-        temperature: o.temperature,
-        top_k: o.top_k,
-        top_p: o.top_p,
-        min_p: o.min_p,
-        seed: o.seed,
-        repeat_penalty: o.repeat_penalty,
-        repeat_last_n: o.repeat_last_n,
-        presence_penalty: o.presence_penalty,
-        frequency_penalty: o.frequency_penalty,
-    };
-    // Negative num_predict: until the context is full.
-    let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
-    let rx = st.submit(S, prompt, knobs.params(S)?, max, o.stop.unwrap_or_default())?;
+    let rx = st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)?;
     let model = st.card.name.clone();
     if stream {
         let body = event_body(rx, move |ev| {
@@ -158,17 +276,17 @@ async fn respond(
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req: ChatRequest = parse(S, body)?;
+        let req = Chat::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.model.as_deref())?;
         let prompt = st.chat_prompt(S, &req.messages)?;
-        respond(&st, Kind::Chat, prompt, req.options, req.stream.unwrap_or(true)).await
+        respond(&st, Kind::Chat, prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req: GenerateRequest = parse(S, body)?;
+        let req = Generate::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.model.as_deref())?;
         if req.prompt.is_empty() {
             // Ollama's way to load a model: it is loaded.
@@ -184,7 +302,7 @@ pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
             messages.push(ChatMessage::new("user", req.prompt.clone()));
             st.chat_prompt(S, &messages)?
         };
-        respond(&st, Kind::Generate, prompt, req.options, req.stream.unwrap_or(true)).await
+        respond(&st, Kind::Generate, prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -242,31 +360,26 @@ pub async fn ps(State(st): Shared) -> Response {
 
 pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req: ShowRequest = parse(S, body)?;
-        let asked = req.model.or(req.name).unwrap_or_default();
-        if asked.is_empty() {
-            return Err(ApiError::bad_request(
-                S,
-                "model is required: the name of the model to show",
-            ));
-        }
-        st.check_model(S, Some(&asked))?;
+        let req = Show::decode(&body_bytes(S, body)?)?;
+        st.check_model(S, Some(&req.model))?;
         let c = &st.card;
         let template = st.template.as_ref().map(|t| t.source().to_string()).unwrap_or_default();
         let mut info = serde_json::Map::new();
         info.insert("general.architecture".into(), json!(c.arch));
         info.insert("general.parameter_count".into(), json!(c.n_params));
         info.insert(format!("{}.context_length", c.arch), json!(c.n_ctx_train));
-        Ok(axum::Json(json!({
-            "modelfile": format!("# served by snug\nFROM {}\n", c.path.display()),
-            "parameters": "",
-            "template": template,
-            "details": details(&st),
-            "model_info": info,
-            "capabilities": ["completion"],
-            "modified_at": modified_at(&st),
-        }))
-        .into_response())
+        Ok::<_, ApiError>(
+            axum::Json(json!({
+                "modelfile": format!("# served by snug\nFROM {}\n", c.path.display()),
+                "parameters": "",
+                "template": template,
+                "details": details(&st),
+                "model_info": info,
+                "capabilities": ["completion"],
+                "modified_at": modified_at(&st),
+            }))
+            .into_response(),
+        )
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

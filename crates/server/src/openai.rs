@@ -12,25 +12,30 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
-use crate::api::{collect, event_body, parse, streamed, ApiError, Knobs, Shared, Stop, Style};
+use crate::api::{
+    body_bytes, collect, event_body, from_json, some_messages, streamed, ApiError, Knobs, Settings,
+    Shared, Stop, Style,
+};
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::unix_now;
 
 const S: Style = Style::OpenAi;
 
-#[derive(Debug, Default, Deserialize)]
-struct StreamOptions {
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-/// The fields both completion routes take.
-#[derive(Debug, Default, Deserialize)]
-struct Common {
+/// The fields both completion routes take. Sampling ranges are checked by
+/// `SamplerParams::validate` (a 400 naming the field); the schema states them for clients.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct Common {
     model: Option<String>,
     #[serde(default)]
     stream: bool,
@@ -38,29 +43,161 @@ struct Common {
     max_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
     temperature: Option<f32>,
+    #[schemars(range(min = 0, max = 1))]
     top_p: Option<f32>,
     top_k: Option<i64>,
+    #[schemars(range(min = 0, max = 1))]
     min_p: Option<f32>,
     seed: Option<i64>,
     stop: Option<Stop>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
     repeat_penalty: Option<f32>,
+    /// Choices per request: only 1.
+    #[schemars(range(min = 1, max = 1))]
     n: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ChatRequest {
+/// A chat message as the schema describes it (the handler reads it from JSON by hand, to say
+/// which part is wrong): a role and a string, null or a list of text parts; other fields
+/// (`name`, `tool_calls`…) go to the template.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct MessageSchema {
+    role: String,
+    content: Option<ContentSchema>,
+}
+
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ContentSchema {
+    Text(String),
+    Parts(Vec<TextPart>),
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct TextPart {
+    #[schemars(rename = "type")]
+    kind: TextPartType,
+    text: String,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+enum TextPartType {
+    #[serde(rename = "text")]
+    Text,
+}
+
+/// A completion's prompt as the schema describes it: a string, a list of one string, or token
+/// ids.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum PromptSchema {
+    Text(String),
+    One([String; 1]),
+    Ids(Vec<u32>),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ChatRequest {
+    #[schemars(with = "Vec<MessageSchema>", length(min = 1))]
     messages: Vec<Value>,
     #[serde(flatten)]
     common: Common,
 }
 
-#[derive(Debug, Deserialize)]
-struct CompletionRequest {
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CompletionRequest {
+    #[schemars(with = "PromptSchema")]
     prompt: Value,
     #[serde(flatten)]
     common: Common,
+}
+
+/// `/v1/chat/completions`' request, decoded and validated.
+#[derive(Debug)]
+pub struct Chat {
+    pub common: Common,
+    pub messages: Vec<ChatMessage>,
+    pub settings: Settings,
+}
+
+impl Chat {
+    pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
+        let req: ChatRequest = from_json(S, body)?;
+        let settings = settings(&req.common)?;
+        let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+        let messages = some_messages(S, messages)?;
+        Ok(Chat { common: req.common, messages, settings })
+    }
+}
+
+/// A completion's prompt: text to tokenize, or token ids (checked against the vocabulary when
+/// the model is at hand).
+#[derive(Debug)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u64>),
+}
+
+/// `/v1/completions`' request, decoded and validated.
+#[derive(Debug)]
+pub struct Completion {
+    pub common: Common,
+    pub prompt: Prompt,
+    pub settings: Settings,
+}
+
+impl Completion {
+    pub fn decode(body: &[u8]) -> Result<Completion, ApiError> {
+        let req: CompletionRequest = from_json(S, body)?;
+        let settings = settings(&req.common)?;
+        let prompt = match req.prompt {
+            Value::String(s) => Prompt::Text(s),
+            Value::Array(mut a) if a.len() == 1 && a[0].is_string() => match a.pop() {
+                Some(Value::String(s)) => Prompt::Text(s),
+                _ => Prompt::Text(String::new()),
+            },
+            Value::Array(a) if a.iter().all(Value::is_u64) => {
+                Prompt::Ids(a.iter().filter_map(Value::as_u64).collect())
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    S,
+                    "prompt must be a string, a list of one string, or a list of token ids",
+                ))
+            }
+        };
+        Ok(Completion { common: req.common, prompt, settings })
+    }
+}
+
+/// Checks `n`, the sampling settings and the token limit.
+fn settings(c: &Common) -> Result<Settings, ApiError> {
+    if c.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request(
+            S,
+            "n must be 1: this server returns one choice per request",
+        ));
+    }
+    let knobs = Knobs {
+        temperature: c.temperature,
+        top_k: c.top_k,
+        top_p: c.top_p,
+        min_p: c.min_p,
+        seed: c.seed,
+        repeat_penalty: c.repeat_penalty,
+        presence_penalty: c.presence_penalty,
+        frequency_penalty: c.frequency_penalty,
+        ..Default::default()
+    };
+    let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
+    Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))
 }
 
 fn finish_reason(r: FinishReason) -> &'static str {
@@ -128,31 +265,13 @@ fn message(v: Value) -> Result<ChatMessage, ApiError> {
     Ok(ChatMessage { role, content, extra: m })
 }
 
-/// Checks the model and `n`, then queues the prompt with the request's settings.
+/// Queues the prompt with the request's settings.
 fn start(
     st: &crate::AppState,
-    c: &Common,
+    s: Settings,
     prompt: Vec<u32>,
 ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Event>, ApiError> {
-    if c.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request(
-            S,
-            "n must be 1: this server returns one choice per request",
-        ));
-    }
-    let knobs = Knobs {
-        temperature: c.temperature,
-        top_k: c.top_k,
-        top_p: c.top_p,
-        min_p: c.min_p,
-        seed: c.seed,
-        repeat_penalty: c.repeat_penalty,
-        presence_penalty: c.presence_penalty,
-        frequency_penalty: c.frequency_penalty,
-        ..Default::default()
-    };
-    let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
-    st.submit(S, prompt, knobs.params(S)?, max, Stop::into_vec(c.stop.clone()))
+    st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)
 }
 
 /// Which route: the object names and how a piece of text sits in a choice.
@@ -204,9 +323,10 @@ async fn respond(
     st: &crate::AppState,
     kind: Kind,
     c: &Common,
+    settings: Settings,
     prompt: Vec<u32>,
 ) -> Result<Response, ApiError> {
-    let rx = start(st, c, prompt)?;
+    let rx = start(st, settings, prompt)?;
     let (id, created, model) = (next_id(kind.id_prefix()), unix_now(), st.card.name.clone());
     let frame = move |choices: Value, usage: Option<Value>| {
         let mut v = json!({
@@ -260,28 +380,24 @@ async fn respond(
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req: ChatRequest = parse(S, body)?;
+        let req = Chat::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.common.model.as_deref())?;
-        let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
-        let prompt = st.chat_prompt(S, &messages)?;
-        respond(&st, Kind::Chat, &req.common, prompt).await
+        let prompt = st.chat_prompt(S, &req.messages)?;
+        respond(&st, Kind::Chat, &req.common, req.settings, prompt).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req: CompletionRequest = parse(S, body)?;
+        let req = Completion::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.common.model.as_deref())?;
         let prompt = match &req.prompt {
-            Value::String(s) => st.tok.encode(s, true, true),
-            Value::Array(a) if a.len() == 1 && a[0].is_string() => {
-                st.tok.encode(a[0].as_str().unwrap_or(""), true, true)
-            }
-            Value::Array(a) if a.iter().all(Value::is_u64) => {
+            Prompt::Text(s) => st.tok.encode(s, true, true),
+            Prompt::Ids(ids) => {
                 let n_vocab = st.tok.n_vocab() as u64;
-                a.iter()
-                    .map(|v| v.as_u64().filter(|&t| t < n_vocab).map(|t| t as u32))
+                ids.iter()
+                    .map(|&t| (t < n_vocab).then_some(t as u32))
                     .collect::<Option<Vec<u32>>>()
                     .ok_or_else(|| {
                         ApiError::bad_request(
@@ -290,14 +406,8 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
                         )
                     })?
             }
-            _ => {
-                return Err(ApiError::bad_request(
-                    S,
-                    "prompt must be a string, a list of one string, or a list of token ids",
-                ))
-            }
         };
-        respond(&st, Kind::Text, &req.common, prompt).await
+        respond(&st, Kind::Text, &req.common, req.settings, prompt).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -8,6 +8,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+#[allow(dead_code)] // Only the serve tests start a server.
+pub mod serve;
+
 /// The cached file of a known model, pulled if missing; a model that cannot be had is a failure
 /// naming the command that fetches it, never a skip.
 pub fn model(alias: &str) -> PathBuf {

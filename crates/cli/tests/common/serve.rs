@@ -1,0 +1,80 @@
+//! `snug serve` on a free loopback port for a test: started, waited for (`GET /health`), and
+//! stopped when the [`Server`] drops (also when the test fails).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `snug serve`.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts `snug serve MODEL --port P ARGS...` (the binary under test) and returns once it
+    /// answers `GET /health`; fails with the server's stderr if it exits first.
+    pub fn start(model: &Path, args: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_snug"))
+            .arg("serve")
+            .arg(model)
+            .args(["--port", &port.to_string()])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("snug serve starts");
+        let mut server = Server { child, port };
+        server.wait_ready();
+        server
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_ready(&mut self) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(120) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut err = String::new();
+                if let Some(e) = self.child.stderr.as_mut() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("snug serve exited ({status}) before answering: {err}");
+            }
+            if let Ok((200, _)) = self.get("/health") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("snug serve did not answer /health within 120 s");
+    }
+
+    /// `GET path` over a fresh connection: the status and the body (HTTP/1.1, no keep-alive;
+    /// a chunked body is returned as sent).
+    pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)?;
+        let status = resp.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+        Ok((status, body))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
