@@ -19,6 +19,7 @@
 //! a template render and a tokenization per request, a small JSON encode per text piece.
 
 pub mod api;
+pub mod logprobs;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;

@@ -50,6 +50,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
+use crate::logprobs::TokenLogprob;
 use crate::ServeError;
 
 /// One request for the scheduler.
@@ -63,6 +64,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Where the answer goes.
     pub events: UnboundedSender<Event>,
+    /// Log-probabilities of each generated token, with this many alternatives (at most
+    /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
+    pub logprobs: Option<(usize, UnboundedSender<TokenLogprob>)>,
 }
 
 /// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
@@ -202,8 +206,25 @@ impl Handle {
         stop: Vec<String>,
     ) -> Result<UnboundedReceiver<Event>, Refused> {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.submit(Job { prompt, sampling, max_tokens, stop, events })?;
+        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs: None })?;
         Ok(rx)
+    }
+
+    /// [`Handle::start`] with each generated token's log-probability and `top` alternatives
+    /// on a second receiver (a token's entry arrives before the text it is part of).
+    pub fn start_with_logprobs(
+        &self,
+        prompt: Vec<u32>,
+        sampling: SamplerParams,
+        max_tokens: usize,
+        stop: Vec<String>,
+        top: usize,
+    ) -> Result<(UnboundedReceiver<Event>, UnboundedReceiver<TokenLogprob>), Refused> {
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (lp, lp_rx) = tokio::sync::mpsc::unbounded_channel();
+        let logprobs = Some((top, lp));
+        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs })?;
+        Ok((rx, lp_rx))
     }
 }
 
@@ -577,6 +598,9 @@ impl Scheduler {
         }
         q.n_gen += 1;
         self.counters.generated_tokens.inc();
+        if let Some((top, tx)) = &q.job.logprobs {
+            let _ = tx.send(TokenLogprob::from_logits(logits, tok, *top));
+        }
         let piece = q.decoder.push(tok);
         let (text, hit) = q.stops.push(&piece);
         if !text.is_empty() && q.job.events.send(Event::Text(text)).is_err() {

@@ -218,3 +218,23 @@ fn a_client_leaving_frees_its_blocks_and_spares_the_shared_ones() {
     assert_blocks_back(&h);
     assert!(h.counters.kv_blocks_cached.get() > 0);
 }
+
+#[test]
+fn logprobs_come_with_each_generated_token_and_greedy_picks_the_top_one() {
+    let (h, tok) = start(1, 2, None);
+    let prompt = tok.encode(PROMPTS[0], true, false);
+    let (rx, mut lp) =
+        h.start_with_logprobs(prompt, SamplerParams::greedy(), 12, Vec::new(), 5).unwrap();
+    let (_, _, n_gen) = finish(rx);
+    let mut got = Vec::new();
+    while let Ok(t) = lp.try_recv() {
+        got.push(t);
+    }
+    assert_eq!(got.len(), n_gen, "one entry per generated token");
+    for t in &got {
+        assert_eq!(t.top.len(), 5);
+        assert_eq!(t.top[0].1, t.logprob, "the greedy token is the most likely one: {t:?}");
+        assert!(t.top.iter().all(|p| p.1 <= 0.0), "{t:?}");
+        assert!(t.top.iter().map(|p| p.1.exp()).sum::<f32>() <= 1.0 + 1e-6, "{t:?}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Log-probabilities of generated tokens (OpenAI's `logprobs`, `top_logprobs`).
+//!
+//! What is reported: the log-softmax of the model's raw logits over the whole vocabulary, for
+//! the sampled token and the `top` most likely ones — the distribution the model gave, before
+//! temperature, penalties, top-k/p or min-p shaped what was sampled from. That is what
+//! `llama-server` reports by default (`post_sampling_probs: false`: a softmax over the raw
+//! logits) and what OpenAI documents ("the log probability of this token"); a token the sampler
+//! picked from a shaped distribution may therefore not be the top-1 here, and its logprob says
+//! how likely the model itself found it.
+//!
+//! Shapes: chat completions get `logprobs.content[] = {token, logprob, bytes, top_logprobs[]}`;
+//! legacy completions get `{tokens, token_logprobs, top_logprobs: [{token: logprob}],
+//! text_offset}` with offsets in characters of the generated text (the prompt is not echoed).
+//! Streamed chunks carry the tokens sampled since the previous chunk (a token whose text is held
+//! back for a possible stop string or an unfinished UTF-8 character is reported with the chunk
+//! before its text), so the streamed lists concatenate to the non-streamed one.
+//!
+//! Cost per token, only when asked: one pass over the vocabulary's logits for the maximum, one
+//! for the sum of exponentials and the top list (at most [`MAX_TOP`] entries kept sorted).
+
+use serde_json::{json, Map, Value};
+use tokenizer::Tokenizer;
+
+/// Most alternatives a request may ask for (OpenAI's limit for `top_logprobs`).
+pub const MAX_TOP: usize = 20;
+
+/// One generated token's log-probability and the most likely tokens at its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    /// Up to the asked number of (token, logprob), most likely first (ties: lower id first).
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// `token`'s log-probability under the softmax of `logits`, with the `top` most likely.
+    pub fn from_logits(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
+        let top = top.min(MAX_TOP).min(logits.len());
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f64;
+        let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+        for (i, &l) in logits.iter().enumerate() {
+            sum += f64::from(l - max).exp();
+            if top > 0 && (best.len() < top || l > best[best.len() - 1].1) {
+                let at = best.partition_point(|&(_, b)| b >= l);
+                best.insert(at, (i as u32, l));
+                best.truncate(top);
+            }
+        }
+        let log_z = max + sum.ln() as f32;
+        let lp = |l: f32| (l - log_z).min(0.0);
+        let logprob = logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l));
+        TokenLogprob { token, logprob, top: best.into_iter().map(|(t, l)| (t, lp(l))).collect() }
+    }
+}
+
+/// A token's text (invalid UTF-8 replaced) and its bytes.
+fn piece(tok: &Tokenizer, id: u32) -> (String, &[u8]) {
+    let b = tok.token_piece(id);
+    (String::from_utf8_lossy(b).into_owned(), b)
+}
+
+/// A chat choice's `logprobs` for `tokens`: `{content: [...], refusal: null}`.
+pub fn chat(tok: &Tokenizer, tokens: &[TokenLogprob]) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let (text, bytes) = piece(tok, id);
+        json!({"token": text, "logprob": logprob, "bytes": bytes})
+    };
+    let content: Vec<Value> = tokens
+        .iter()
+        .map(|t| {
+            let mut e = entry(t.token, t.logprob);
+            e["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+            e
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
+/// Legacy completion `logprobs`, keeping the text offset across streamed chunks.
+#[derive(Debug, Default)]
+pub struct Legacy {
+    /// Characters of generated text before the next token.
+    offset: usize,
+}
+
+impl Legacy {
+    /// `{tokens, token_logprobs, top_logprobs, text_offset}` for the next `tokens`.
+    pub fn render(&mut self, tok: &Tokenizer, tokens: &[TokenLogprob]) -> Value {
+        let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+        for t in tokens {
+            let (text, bytes) = piece(tok, t.token);
+            offsets.push(self.offset);
+            // Characters start at every byte that is not a UTF-8 continuation byte.
+            self.offset += bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count();
+            texts.push(text);
+            lps.push(t.logprob);
+            let top: Map<String, Value> =
+                t.top.iter().map(|&(id, lp)| (piece(tok, id).0, json!(lp))).collect();
+            tops.push(Value::Object(top));
+        }
+        json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_a_log_softmax_and_the_top_list_is_sorted() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let t = TokenLogprob::from_logits(&logits, 2, 3);
+        let z: f32 = logits.iter().map(|l| l.exp()).sum();
+        assert!((t.logprob - (2.0 - z.ln())).abs() < 1e-5, "{t:?}");
+        assert_eq!(t.top.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        assert!(t.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        let total: f32 = t.top.iter().map(|p| p.1.exp()).sum();
+        assert!(total <= 1.0 && t.top.iter().all(|p| p.1 <= 0.0));
+        // No alternatives asked; more asked than the vocabulary has.
+        assert!(TokenLogprob::from_logits(&logits, 0, 0).top.is_empty());
+        assert_eq!(TokenLogprob::from_logits(&logits, 0, 99).top.len(), 5);
+    }
+}
