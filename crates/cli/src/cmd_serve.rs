@@ -5,6 +5,7 @@
 use clap::Args;
 use runtime::RunOptions;
 
+use crate::cmd_ps::{DEFAULT_HOST, DEFAULT_PORT};
 use crate::common::{explain, open, RunArgs, DEFAULT_MODEL};
 
 #[derive(Args, Debug)]
@@ -13,9 +14,9 @@ pub struct ServeCmd {
     #[arg(default_value = DEFAULT_MODEL)]
     pub model: String,
     /// Address to listen on (loopback by default: other machines cannot connect).
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value = DEFAULT_HOST)]
     pub host: String,
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
     /// Sequences computed together (each gets a whole context of KV cache).
     #[arg(long, short = 'p', default_value_t = 4)]

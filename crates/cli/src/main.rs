@@ -7,8 +7,10 @@ mod cmd_bench;
 mod cmd_chat;
 mod cmd_eval;
 mod cmd_inspect;
+mod cmd_list;
 mod cmd_perplexity;
 mod cmd_plan;
+mod cmd_ps;
 mod cmd_pull;
 mod cmd_run;
 mod cmd_serve;
@@ -35,6 +37,10 @@ struct Cli {
 enum Command {
     /// Fetch a known model into the cache ($SNUG_HOME, default ~/.cache/snug).
     Pull(cmd_pull::PullArgs),
+    /// The models in the cache: name, id, size, modified.
+    List(cmd_list::ListArgs),
+    /// What a running `snug serve` holds (asks its /api/ps).
+    Ps(cmd_ps::PsArgs),
     /// Show what a GGUF file holds: hyper-parameters, tokenizer, tensors, totals per type.
     Inspect(cmd_inspect::InspectArgs),
     /// Write a random-weight model with a real shape (qwen2.5-7b, llama-3.1-8b, ...) for benchmarks.
@@ -64,6 +70,8 @@ fn main() {
     let cli = Cli::parse();
     let result: anyhow::Result<()> = match cli.command {
         Command::Pull(a) => cmd_pull::run(a),
+        Command::List(a) => cmd_list::run(a),
+        Command::Ps(a) => cmd_ps::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Synth(a) => cmd_synth::run(a),
         Command::Plan(a) => cmd_plan::run(a),
