@@ -6,6 +6,7 @@ Short prompts and few tokens: the whole script runs in seconds on qwen2.5-coder-
 
 import http.client
 import json
+import math
 import sys
 import time
 import urllib.error
@@ -80,6 +81,49 @@ a = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
 b = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
 check(a == b, f"same seed, same text: {a!r} vs {b!r}")
 
+# logprobs: the greedy token is the most likely one, every logprob <= 0, a top list's
+# probabilities sum to at most 1, and streamed values equal the whole response's.
+def check_top(tok, lp, tops, what):
+    check(lp <= 0 and all(t <= 0 for t in tops), f"{what}: logprobs <= 0")
+    check(sum(math.exp(t) for t in tops) <= 1 + 1e-6, f"{what}: top probabilities sum <= 1")
+    check(tops and abs(max(tops) - lp) < 1e-6, f"{what}: greedy {tok!r} is the top-1")
+
+
+lp = dict(logprobs=True, top_logprobs=3, **greedy)
+r = oa.chat.completions.create(messages=hello, **lp)
+content = r.choices[0].logprobs.content
+check(len(content) == r.usage.completion_tokens, "one chat logprob per generated token")
+check("".join(t.token for t in content).startswith(r.choices[0].message.content[:4]),
+      "the tokens spell the answer")
+for t in content:
+    check(len(t.top_logprobs) == 3 and t.bytes is not None, f"chat entry {t}")
+    check_top(t.token, t.logprob, [x.logprob for x in t.top_logprobs], "chat")
+chunks = list(oa.chat.completions.create(messages=hello, stream=True, **lp))
+streamed = [t for c in chunks if c.choices and c.choices[0].logprobs
+            for t in c.choices[0].logprobs.content]
+check([(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content],
+      "streamed chat logprobs == whole")
+raises(openai.BadRequestError, lambda: oa.chat.completions.create(
+    messages=hello, top_logprobs=21, logprobs=True, **greedy), "top_logprobs > 20 is 400")
+
+c = oa.completions.create(model=model, prompt="def add(a, b):", max_tokens=6, temperature=0,
+                          logprobs=2)
+l = c.choices[0].logprobs
+check(len(l.tokens) == len(l.token_logprobs) == len(l.top_logprobs) == len(l.text_offset) == 6,
+      f"legacy logprobs lists {l}")
+check("".join(l.tokens) == c.choices[0].text, "legacy tokens spell the text")
+check(l.text_offset[0] == 0 and l.text_offset == sorted(l.text_offset), "text offsets")
+for tok, t, tops in zip(l.tokens, l.token_logprobs, l.top_logprobs):
+    check(len(tops) == 2, f"legacy top list {tops}")
+    check_top(tok, t, list(tops.values()), "completion")
+parts = list(oa.completions.create(model=model, prompt="def add(a, b):", max_tokens=6,
+                                   temperature=0, logprobs=2, stream=True))
+streamed = [x for p in parts if p.choices and p.choices[0].logprobs
+            for x in zip(p.choices[0].logprobs.tokens, p.choices[0].logprobs.token_logprobs,
+                         p.choices[0].logprobs.text_offset)]
+check(streamed == list(zip(l.tokens, l.token_logprobs, l.text_offset)),
+      "streamed legacy logprobs == whole")
+
 e = raises(openai.NotFoundError, lambda: oa.chat.completions.create(
     model="no-such-model", messages=hello, max_tokens=2), "unknown model is 404")
 check(e.body.get("code") == "model_not_found", f"OpenAI error shape: {e.body}")
@@ -119,6 +163,15 @@ check(gs[-1].done and gs[-1].eval_count <= 4, "streamed generate")
 e = raises(ollama.ResponseError, lambda: ol.chat(model="no-such-model", messages=hello),
            "ollama: unknown model")
 check(e.status_code == 404, f"ollama 404: {e}")
+
+# Pull: the served model is cached, so it answers at once (the hub's known aliases only).
+pulled = list(ol.pull(model, stream=True))
+check(pulled[-1].status == "success", f"pull ends in success: {pulled}")
+check(any(p.total and p.completed == p.total and p.digest for p in pulled),
+      f"a progress record with the whole file done: {pulled}")
+check(ol.pull(model, stream=False).status == "success", "pull without streaming")
+e = raises(ollama.ResponseError, lambda: ol.pull("no-such-model"), "pull of an unknown name")
+check(e.status_code == 404 and "known" in str(e), f"pull 404 names the known models: {e}")
 
 # --- Admission: a full queue is 429 with Retry-After; a client that leaves frees its slot ----
 # The server runs 2 sequences with 1 waiting request at most (--parallel 2 --queue 1).

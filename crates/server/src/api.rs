@@ -38,8 +38,10 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/pull", post(ollama::pull))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
@@ -56,7 +58,7 @@ pub enum Style {
 }
 
 impl Style {
-    fn of_path(path: &str) -> Style {
+    pub(crate) fn of_path(path: &str) -> Style {
         if path.starts_with("/api/") {
             Style::Ollama
         } else {
@@ -280,6 +282,10 @@ async fn metrics(State(st): Shared) -> Response {
     ([(header::CONTENT_TYPE, ct)], st.metrics.render()).into_response()
 }
 
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::document()).into_response()
+}
+
 impl AppState {
     /// `Ok` if `asked` (absent or empty: the served model) names the served model, else a 404
     /// in the API's shape that names the model served.
@@ -396,6 +402,7 @@ fn fresh_seed() -> u64 {
 /// `stop` as OpenAI sends it: one string or a list.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
+#[schemars(rename = "OpenAiStop")]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
@@ -412,9 +419,9 @@ impl Stop {
 }
 
 /// A streamed body: each event rendered by `render` as it arrives; ends after the last event.
-pub fn event_body(
-    rx: UnboundedReceiver<Event>,
-    render: impl FnMut(Event) -> String + Send + 'static,
+pub fn event_body<T: Send + 'static>(
+    rx: UnboundedReceiver<T>,
+    render: impl FnMut(T) -> String + Send + 'static,
 ) -> Body {
     let s = futures_util::stream::unfold((rx, render), |(mut rx, mut render)| async move {
         let ev = rx.recv().await?;

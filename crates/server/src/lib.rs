@@ -23,6 +23,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod openapi;
 pub mod scheduler;
 
 use std::net::SocketAddr;

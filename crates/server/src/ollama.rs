@@ -1,5 +1,5 @@
 //! Ollama's API: `GET /`, `/api/version`, `/api/tags`, `/api/ps`; `POST /api/show`,
-//! `/api/chat`, `/api/generate`.
+//! `/api/chat`, `/api/generate`, `/api/pull`.
 //!
 //! Chat and generate stream NDJSON by default (one `{"…", "done": false}` record per text piece
 //! and a last record with `done: true`, `done_reason` and the durations in nanoseconds);
@@ -9,6 +9,13 @@
 //! need a new context are ignored (the context is fixed when the server starts). `generate`
 //! applies the chat template to `prompt` (and `system`) unless `raw` is set; an empty prompt
 //! only answers that the model is loaded, as Ollama does.
+//!
+//! `pull` fetches one of the hub's known aliases into the cache (`hub::pull`, the same as `snug
+//! pull`; it does not change the served model) on a blocking thread, one pull at a time. Its
+//! NDJSON progress is coarse: the file's digest and size with `completed` 0 when it starts and
+//! equal to `total` when the file is in place and its sha256 checked (the hub reports bytes to
+//! its own progress bar only), then `{"status": "success"}`. A cached file answers at once; any
+//! other name is a 404, and no name from a request is ever used as a path.
 
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +43,7 @@ const OLLAMA_VERSION: &str = "0.6.0";
 /// Generation options (others, such as `num_ctx`, are accepted and ignored). Sampling ranges
 /// are checked by `SamplerParams::validate` (a 400 naming the field); the schema states them.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(rename = "OllamaOptions")]
 pub struct Options {
     /// Tokens to generate at most; negative: until the context is full; 0 is refused.
     num_predict: Option<i64>,
@@ -58,12 +66,14 @@ pub struct Options {
 /// `tool_calls`…) go to the template.
 #[derive(JsonSchema)]
 #[allow(dead_code)]
+#[schemars(rename = "OllamaMessage")]
 struct MessageSchema {
     role: String,
     content: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OllamaChatRequest")]
 pub struct ChatRequest {
     model: Option<String>,
     #[serde(default)]
@@ -74,6 +84,7 @@ pub struct ChatRequest {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OllamaGenerateRequest")]
 pub struct GenerateRequest {
     model: Option<String>,
     /// Empty or absent: only answers that the model is loaded.
@@ -87,6 +98,7 @@ pub struct GenerateRequest {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OllamaShowRequest")]
 pub struct ShowRequest {
     model: Option<String>,
     /// The older clients' name for `model`.
@@ -94,6 +106,7 @@ pub struct ShowRequest {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OllamaPullRequest")]
 pub struct PullRequest {
     model: Option<String>,
     /// The older clients' name for `model`.
@@ -380,6 +393,71 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
             }))
             .into_response(),
         )
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// One pull at a time: two pulls of one alias would write the same file.
+static PULLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Pulls `spec` into the cache on this (blocking) thread.
+fn pull_blocking(spec: &hub::ModelSpec) -> Result<(), String> {
+    let _one = PULLING.lock().unwrap_or_else(|p| p.into_inner());
+    let opts = hub::PullOptions { quiet: true, ..Default::default() };
+    hub::pull_into(&hub::snug_home(), spec, &opts).map(drop).map_err(|e| e.to_string())
+}
+
+pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req = Pull::decode(&body_bytes(S, body)?)?;
+        let alias = req.model.strip_suffix(":latest").unwrap_or(&req.model);
+        let spec = hub::spec(alias).ok_or_else(|| {
+            let known: Vec<&str> = hub::KNOWN.iter().map(|k| k.alias).collect();
+            ApiError::new(
+                S,
+                axum::http::StatusCode::NOT_FOUND,
+                format!("model {alias:?} is not one snug can pull; known: {}", known.join(", ")),
+            )
+        })?;
+        let (digest, total) = (spec.sha256.clone(), spec.size);
+        let layer = move |completed: u64| {
+            json!({
+                "status": format!("pulling {}", &digest[..digest.len().min(12)]),
+                "digest": format!("sha256:{digest}"),
+                "total": total,
+                "completed": completed,
+            })
+        };
+        if !req.stream {
+            let s = spec.clone();
+            return match tokio::task::spawn_blocking(move || pull_blocking(&s)).await {
+                Ok(Ok(())) => Ok(axum::Json(json!({"status": "success"})).into_response()),
+                Ok(Err(e)) => {
+                    Err(ApiError::new(S, axum::http::StatusCode::INTERNAL_SERVER_ERROR, e))
+                }
+                Err(e) => Err(ApiError::new(
+                    S,
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the pull stopped: {e}"),
+                )),
+            };
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        let _ = tx.send(json!({"status": "pulling manifest"}));
+        let _ = tx.send(layer(0));
+        tokio::spawn(async move {
+            let last = match tokio::task::spawn_blocking(move || pull_blocking(&spec)).await {
+                Ok(Ok(())) => {
+                    let _ = tx.send(layer(total));
+                    let _ = tx.send(json!({"status": "verifying sha256 digest"}));
+                    json!({"status": "success"})
+                }
+                Ok(Err(e)) => json!({ "error": e }),
+                Err(e) => json!({ "error": format!("the pull stopped: {e}") }),
+            };
+            let _ = tx.send(last);
+        });
+        Ok(streamed("application/x-ndjson", event_body(rx, |v: Value| format!("{v}\n"))))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

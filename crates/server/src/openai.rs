@@ -4,7 +4,9 @@
 //! `stream_options.include_usage` a chunk with empty `choices` and the `usage`, then
 //! `data: [DONE]`. `usage` counts are exact: the prompt's tokens after the chat template, the
 //! tokens generated (an end-of-generation token is not counted). Not supported (400): `n` > 1;
-//! `logprobs` is ignored.
+//! `logprobs` (chat: `logprobs: true` and `top_logprobs` 0..=20; completions: `logprobs: N`,
+//! 0..=20) returns each generated token's log-probability in OpenAI's shapes, streamed and not
+//! ([`crate::logprobs`] says which distribution).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,12 +23,14 @@ use crate::api::{
     body_bytes, collect, event_body, from_json, some_messages, streamed, ApiError, Knobs, Settings,
     Shared, Stop, Style,
 };
+use crate::logprobs::{self, Rendering};
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::unix_now;
 
 const S: Style = Style::OpenAi;
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiStreamOptions")]
 pub struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
@@ -35,6 +39,7 @@ pub struct StreamOptions {
 /// The fields both completion routes take. Sampling ranges are checked by
 /// `SamplerParams::validate` (a 400 naming the field); the schema states them for clients.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiCommon")]
 pub struct Common {
     model: Option<String>,
     #[serde(default)]
@@ -64,6 +69,7 @@ pub struct Common {
 /// (`name`, `tool_calls`…) go to the template.
 #[derive(JsonSchema)]
 #[allow(dead_code)]
+#[schemars(rename = "OpenAiMessage")]
 struct MessageSchema {
     role: String,
     content: Option<ContentSchema>,
@@ -72,6 +78,7 @@ struct MessageSchema {
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
+#[schemars(rename = "OpenAiContent")]
 enum ContentSchema {
     Text(String),
     Parts(Vec<TextPart>),
@@ -79,6 +86,7 @@ enum ContentSchema {
 
 #[derive(JsonSchema)]
 #[allow(dead_code)]
+#[schemars(rename = "OpenAiTextPart")]
 struct TextPart {
     #[schemars(rename = "type")]
     kind: TextPartType,
@@ -87,6 +95,7 @@ struct TextPart {
 
 #[derive(JsonSchema)]
 #[allow(dead_code)]
+#[schemars(rename = "OpenAiTextPartType")]
 enum TextPartType {
     #[serde(rename = "text")]
     Text,
@@ -97,6 +106,7 @@ enum TextPartType {
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
+#[schemars(rename = "OpenAiPrompt")]
 enum PromptSchema {
     Text(String),
     One([String; 1]),
@@ -104,17 +114,27 @@ enum PromptSchema {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiChatRequest")]
 pub struct ChatRequest {
     #[schemars(with = "Vec<MessageSchema>", length(min = 1))]
     messages: Vec<Value>,
+    /// Return each generated token's log-probability.
+    logprobs: Option<bool>,
+    /// Most likely alternatives per token (needs `logprobs: true`).
+    #[schemars(range(max = 20))]
+    top_logprobs: Option<u32>,
     #[serde(flatten)]
     common: Common,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiCompletionRequest")]
 pub struct CompletionRequest {
     #[schemars(with = "PromptSchema")]
     prompt: Value,
+    /// Return each generated token's log-probability and this many alternatives.
+    #[schemars(range(max = 20))]
+    logprobs: Option<u32>,
     #[serde(flatten)]
     common: Common,
 }
@@ -125,6 +145,8 @@ pub struct Chat {
     pub common: Common,
     pub messages: Vec<ChatMessage>,
     pub settings: Settings,
+    /// Alternatives per token when log-probabilities are asked for.
+    pub logprobs: Option<usize>,
 }
 
 impl Chat {
@@ -133,7 +155,10 @@ impl Chat {
         let settings = settings(&req.common)?;
         let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
         let messages = some_messages(S, messages)?;
-        Ok(Chat { common: req.common, messages, settings })
+        let logprobs =
+            crate::logprobs::asked(req.logprobs == Some(true), req.top_logprobs, "top_logprobs")
+                .map_err(|e| ApiError::bad_request(S, e))?;
+        Ok(Chat { common: req.common, messages, settings, logprobs })
     }
 }
 
@@ -151,6 +176,8 @@ pub struct Completion {
     pub common: Common,
     pub prompt: Prompt,
     pub settings: Settings,
+    /// Alternatives per token when log-probabilities are asked for.
+    pub logprobs: Option<usize>,
 }
 
 impl Completion {
@@ -173,7 +200,9 @@ impl Completion {
                 ))
             }
         };
-        Ok(Completion { common: req.common, prompt, settings })
+        let logprobs = crate::logprobs::asked(req.logprobs.is_some(), req.logprobs, "logprobs")
+            .map_err(|e| ApiError::bad_request(S, e))?;
+        Ok(Completion { common: req.common, prompt, settings, logprobs })
     }
 }
 
@@ -265,13 +294,23 @@ fn message(v: Value) -> Result<ChatMessage, ApiError> {
     Ok(ChatMessage { role, content, extra: m })
 }
 
-/// Queues the prompt with the request's settings.
+/// Queues the prompt with the request's settings; with `logprobs`, their rendering too.
 fn start(
     st: &crate::AppState,
+    kind: Kind,
     s: Settings,
     prompt: Vec<u32>,
-) -> Result<tokio::sync::mpsc::UnboundedReceiver<Event>, ApiError> {
-    st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)
+    logprobs: Option<usize>,
+) -> Result<(tokio::sync::mpsc::UnboundedReceiver<Event>, Option<Rendering>), ApiError> {
+    let Some(top) = logprobs else {
+        return Ok((st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)?, None));
+    };
+    let max_tokens = s.max_tokens.unwrap_or(st.engine.n_ctx);
+    let (rx, lp) = st
+        .engine
+        .start_with_logprobs(prompt, s.sampling, max_tokens, s.stop, top)
+        .map_err(|r| ApiError::refused(S, r))?;
+    Ok((rx, Some(Rendering::new(lp, st.tok.clone(), matches!(kind, Kind::Chat)))))
 }
 
 /// Which route: the object names and how a piece of text sits in a choice.
@@ -325,8 +364,9 @@ async fn respond(
     c: &Common,
     settings: Settings,
     prompt: Vec<u32>,
+    logprobs: Option<usize>,
 ) -> Result<Response, ApiError> {
-    let rx = start(st, settings, prompt)?;
+    let (rx, mut lp) = start(st, kind, settings, prompt, logprobs)?;
     let (id, created, model) = (next_id(kind.id_prefix()), unix_now(), st.card.name.clone());
     let frame = move |choices: Value, usage: Option<Value>| {
         let mut v = json!({
@@ -348,11 +388,14 @@ async fn respond(
                     let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
                     out += &frame(role, None);
                 }
-                out + &frame(json!([kind.choice(Some(&t), None, false)]), None)
+                let mut choice = kind.choice(Some(&t), None, false);
+                choice["logprobs"] = logprobs::take(&mut lp);
+                out + &frame(json!([choice]), None)
             }
             Event::Done(f) => {
-                let mut out =
-                    frame(json!([kind.choice(None, Some(finish_reason(f.reason)), false)]), None);
+                let mut choice = kind.choice(None, Some(finish_reason(f.reason)), false);
+                choice["logprobs"] = logprobs::take(&mut lp);
+                let mut out = frame(json!([choice]), None);
                 if include_usage {
                     out += &frame(json!([]), Some(usage(&f)));
                 }
@@ -366,13 +409,15 @@ async fn respond(
         return Ok(streamed("text/event-stream", body));
     }
     let (text, f) = collect(S, rx).await?;
+    let mut choice = kind.choice(Some(&text), Some(finish_reason(f.reason)), true);
+    choice["logprobs"] = logprobs::take(&mut lp);
     Ok(axum::Json(json!({
         "id": next_id(kind.id_prefix()),
         "object": kind.object(false),
         "created": unix_now(),
         "model": st.card.name,
         "system_fingerprint": "snug",
-        "choices": [kind.choice(Some(&text), Some(finish_reason(f.reason)), true)],
+        "choices": [choice],
         "usage": usage(&f),
     }))
     .into_response())
@@ -383,7 +428,7 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
         let req = Chat::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.common.model.as_deref())?;
         let prompt = st.chat_prompt(S, &req.messages)?;
-        respond(&st, Kind::Chat, &req.common, req.settings, prompt).await
+        respond(&st, Kind::Chat, &req.common, req.settings, prompt, req.logprobs).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -407,7 +452,7 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
                     })?
             }
         };
-        respond(&st, Kind::Text, &req.common, req.settings, prompt).await
+        respond(&st, Kind::Text, &req.common, req.settings, prompt, req.logprobs).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -1,0 +1,399 @@
+//! `GET /openapi.json`: an OpenAPI 3.0 description of every route.
+//!
+//! Request bodies are the handlers' own request structs, described by `schemars` from their
+//! serde definitions (field names, types, which are required) and their `#[schemars(...)]`
+//! ranges, so the spec follows the code; the paths table and the response shapes are written
+//! here, next to nothing else, and the schemathesis test (`crates/cli/tests/serve_schema.rs`)
+//! checks every response the server gives against them. Error bodies take the shape of the
+//! route's API ([`Style::of_path`]). Cost: the document is built once, on the first request
+//! for it (~20 KB).
+
+use std::sync::OnceLock;
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+
+use crate::api::{BodyRoute, Style};
+use crate::{ollama, openai};
+
+/// The document, built on first use.
+pub fn document() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| build().to_string())
+}
+
+/// A route: method, path, what it does, its request body, its success responses and the error
+/// statuses it may answer besides 401 (every route but `/health` takes the API key).
+struct Route {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    body: Option<Value>,
+    ok: Value,
+    errors: &'static [u16],
+}
+
+/// Statuses a generation route may answer: a bad body, an unknown model, a body past the size
+/// limit, a full queue, a failed computation, a stopped scheduler.
+const GENERATION_ERRORS: &[u16] = &[400, 404, 413, 429, 500, 503];
+
+fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
+    g.subschema_for::<T>().to_value()
+}
+
+fn json_body(schema: Value) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+fn ok(description: &str, content: Value) -> Value {
+    json!({"200": {"description": description, "content": content}})
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+/// A JSON answer, or with `"stream": true` a stream of `stream_type`.
+fn json_or_stream(schema: Value, stream_type: &str) -> Value {
+    json!({
+        "application/json": {"schema": schema},
+        stream_type: {"schema": {"type": "string"}},
+    })
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
+    let body = |r: BodyRoute, g: &mut SchemaGenerator| {
+        Some(json_body(match r {
+            BodyRoute::ChatCompletions => schema_of::<openai::ChatRequest>(g),
+            BodyRoute::Completions => schema_of::<openai::CompletionRequest>(g),
+            BodyRoute::Show => schema_of::<ollama::ShowRequest>(g),
+            BodyRoute::Chat => schema_of::<ollama::ChatRequest>(g),
+            BodyRoute::Generate => schema_of::<ollama::GenerateRequest>(g),
+            BodyRoute::Pull => schema_of::<ollama::PullRequest>(g),
+        }))
+    };
+    let post = |r: BodyRoute, summary, ok, errors, g: &mut SchemaGenerator| Route {
+        method: "post",
+        path: r.path(),
+        summary,
+        body: body(r, g),
+        ok,
+        errors,
+    };
+    let get =
+        |path, summary, ok| Route { method: "get", path, summary, body: None, ok, errors: &[] };
+    vec![
+        post(
+            BodyRoute::ChatCompletions,
+            "OpenAI chat completion (SSE ending in `data: [DONE]` with `stream: true`)",
+            ok("The answer", json_or_stream(schema_ref("ChatCompletion"), "text/event-stream")),
+            GENERATION_ERRORS,
+            g,
+        ),
+        post(
+            BodyRoute::Completions,
+            "OpenAI text completion (SSE ending in `data: [DONE]` with `stream: true`)",
+            ok("The answer", json_or_stream(schema_ref("TextCompletion"), "text/event-stream")),
+            GENERATION_ERRORS,
+            g,
+        ),
+        get("/v1/models", "The served model", ok("Models", json_content(schema_ref("ModelList")))),
+        get("/", "Ollama's liveness text", ok("`Ollama is running`", json!({"text/plain": {"schema": {"type": "string"}}}))),
+        get("/api/version", "The Ollama version this API follows", ok("Version", json_content(json!({"type": "object", "required": ["version"], "properties": {"version": {"type": "string"}}})))),
+        get("/api/tags", "Models available", ok("Models", json_content(schema_ref("OllamaTags")))),
+        get("/api/ps", "Models loaded", ok("Models", json_content(schema_ref("OllamaPs")))),
+        post(BodyRoute::Show, "A model's details", ok("Details", json_content(schema_ref("OllamaShow"))), &[400, 404, 413], g),
+        post(
+            BodyRoute::Chat,
+            "Ollama chat (NDJSON records unless `stream: false`)",
+            ok("The answer", json_or_stream(schema_ref("OllamaChatRecord"), "application/x-ndjson")),
+            GENERATION_ERRORS,
+            g,
+        ),
+        post(
+            BodyRoute::Generate,
+            "Ollama generate (NDJSON records unless `stream: false`; an empty prompt only answers that the model is loaded)",
+            ok("The answer", json_or_stream(schema_ref("OllamaGenerateRecord"), "application/x-ndjson")),
+            GENERATION_ERRORS,
+            g,
+        ),
+        post(
+            BodyRoute::Pull,
+            "Fetch a known model into the cache (NDJSON progress records unless `stream: false`)",
+            ok("Progress, then `{\"status\": \"success\"}`", json_or_stream(schema_ref("OllamaPullRecord"), "application/x-ndjson")),
+            &[400, 404, 413, 500],
+            g,
+        ),
+        get("/health", "Liveness: answers once the model is loaded (no API key needed)", ok("Alive", json_content(schema_ref("Health")))),
+        get("/metrics", "Prometheus metrics (OpenMetrics text)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
+        get("/openapi.json", "This document", ok("OpenAPI 3.0", json_content(json!({"type": "object"})))),
+    ]
+}
+
+fn error_response(style: Style, status: u16) -> Value {
+    let schema = match style {
+        Style::OpenAi => schema_ref("OpenAiError"),
+        Style::Ollama => schema_ref("OllamaError"),
+    };
+    let mut r = json!({
+        "description": match status {
+            400 => "The request is not valid for this route: the message says what and how to fix it",
+            401 => "The API key is missing or wrong",
+            404 => "The model is not served here (or not known, for pull)",
+            413 => "The body is larger than the server accepts",
+            429 => "Every sequence is running and the queue is full: retry after `Retry-After` seconds",
+            500 => "The model failed to answer (the message says why)",
+            _ => "The server is stopping",
+        },
+        "content": {"application/json": {"schema": schema}},
+    });
+    if status == 429 {
+        r["headers"] =
+            json!({"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}});
+    }
+    r
+}
+
+fn build() -> Value {
+    let mut g = SchemaSettings::openapi3().into_generator();
+    let mut paths = Map::new();
+    for r in routes(&mut g) {
+        let style = Style::of_path(r.path);
+        let mut responses = r.ok.as_object().cloned().unwrap_or_default();
+        let auth: &[u16] = if r.path == "/health" { &[] } else { &[401] };
+        for &status in r.errors.iter().chain(auth) {
+            responses.insert(status.to_string(), error_response(style, status));
+        }
+        let mut op = json!({
+            "summary": r.summary,
+            "operationId": format!("{}{}", r.method, r.path.replace(['/', '.'], "_")),
+            "responses": responses,
+        });
+        if let Some(b) = r.body {
+            op["requestBody"] = b;
+        }
+        if r.path == "/health" {
+            op["security"] = json!([]);
+        }
+        let entry = paths.entry(r.path).or_insert_with(|| json!({}));
+        entry[r.method] = op;
+    }
+    let mut schemas = g.take_definitions(true);
+    schemas.extend(response_schemas());
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "snug serve",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "OpenAI- and Ollama-compatible APIs of snug, a CPU runtime for GGUF models. With --api-key, every route but /health requires `Authorization: Bearer <key>`.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    })
+}
+
+/// The answers' shapes (the handlers build them with `json!`).
+fn response_schemas() -> Map<String, Value> {
+    let int = json!({"type": "integer", "minimum": 0});
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": "string", "nullable": true});
+    let obj = |required: &[&str], props: Value| json!({"type": "object", "required": required, "properties": props});
+    let usage = obj(
+        &["prompt_tokens", "completion_tokens", "total_tokens"],
+        json!({"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}),
+    );
+    let finish = json!({"type": "string", "enum": ["stop", "length"]});
+    let completion = |choice: Value| {
+        obj(
+            &["id", "object", "created", "model", "choices", "usage"],
+            json!({
+                "id": string, "object": string, "created": int, "model": string,
+                "system_fingerprint": string,
+                "choices": {"type": "array", "items": choice},
+                "usage": usage,
+            }),
+        )
+    };
+    let chat_choice = obj(
+        &["index", "message", "finish_reason"],
+        json!({
+            "index": int,
+            "message": obj(&["role", "content"], json!({"role": string, "content": string})),
+            "logprobs": {"nullable": true},
+            "finish_reason": finish,
+        }),
+    );
+    let text_choice = obj(
+        &["index", "text", "finish_reason"],
+        json!({"index": int, "text": string, "logprobs": {"nullable": true}, "finish_reason": finish}),
+    );
+    let details = obj(
+        &["format", "family", "parameter_size", "quantization_level"],
+        json!({
+            "parent_model": string, "format": string, "family": string,
+            "families": {"type": "array", "items": string},
+            "parameter_size": string, "quantization_level": string,
+        }),
+    );
+    let model_row = |extra: Value| {
+        let mut props = json!({
+            "name": string, "model": string, "size": int, "digest": string, "details": details,
+            "modified_at": string,
+        });
+        if let (Some(p), Some(e)) = (props.as_object_mut(), extra.as_object()) {
+            p.extend(e.clone());
+        }
+        obj(&["name", "model", "size", "digest", "details"], props)
+    };
+    let models = |row: Value| obj(&["models"], json!({"models": {"type": "array", "items": row}}));
+    let record = |answer: (&str, Value)| {
+        let mut props = json!({
+            "model": string, "created_at": string, "done": {"type": "boolean"},
+            "done_reason": string,
+            "total_duration": int, "load_duration": int, "prompt_eval_count": int,
+            "prompt_eval_duration": int, "eval_count": int, "eval_duration": int,
+        });
+        props[answer.0] = answer.1;
+        obj(&["model", "created_at", "done", answer.0], props)
+    };
+    let entries = [
+        (
+            "OpenAiError",
+            obj(
+                &["error"],
+                json!({"error": obj(&["message", "type", "code"], json!({
+                    "message": string, "type": string, "param": nullable_string,
+                    "code": nullable_string,
+                }))}),
+            ),
+        ),
+        ("OllamaError", obj(&["error"], json!({"error": string}))),
+        ("ChatCompletion", completion(chat_choice)),
+        ("TextCompletion", completion(text_choice)),
+        (
+            "ModelList",
+            obj(
+                &["object", "data"],
+                json!({"object": string, "data": {"type": "array", "items": obj(
+                    &["id", "object", "created", "owned_by"],
+                    json!({"id": string, "object": string, "created": int, "owned_by": string}),
+                )}}),
+            ),
+        ),
+        ("OllamaTags", models(model_row(json!({})))),
+        (
+            "OllamaPs",
+            models(model_row(json!({
+                "expires_at": string, "size_vram": int, "context_length": int,
+            }))),
+        ),
+        (
+            "OllamaShow",
+            obj(
+                &["modelfile", "template", "details", "model_info"],
+                json!({
+                    "modelfile": string, "parameters": string, "template": string,
+                    "details": details, "model_info": {"type": "object"},
+                    "capabilities": {"type": "array", "items": string}, "modified_at": string,
+                }),
+            ),
+        ),
+        (
+            "OllamaChatRecord",
+            record((
+                "message",
+                obj(&["role", "content"], json!({"role": string, "content": string})),
+            )),
+        ),
+        ("OllamaGenerateRecord", record(("response", string.clone()))),
+        (
+            "OllamaPullRecord",
+            obj(
+                &["status"],
+                json!({"status": string, "digest": string, "total": int, "completed": int}),
+            ),
+        ),
+        (
+            "Health",
+            obj(
+                &["status", "model", "uptime_seconds"],
+                json!({"status": string, "model": string, "uptime_seconds": int}),
+            ),
+        ),
+    ];
+    entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> Value {
+        serde_json::from_str(document()).expect("the document is JSON")
+    }
+
+    /// Every `$ref` in `v`.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves_and_every_body_route_has_its_schema() {
+        let d = doc();
+        let mut all = Vec::new();
+        refs(&d, &mut all);
+        assert!(all.len() > 10);
+        for r in all {
+            let name = r.strip_prefix("#/components/schemas/").expect("a local schema");
+            assert!(d["components"]["schemas"][name].is_object(), "{r} does not resolve");
+        }
+        for r in BodyRoute::ALL {
+            let body = &d["paths"][r.path()]["post"]["requestBody"]["content"]["application/json"];
+            assert!(body["schema"]["$ref"].is_string(), "{} has no request schema", r.path());
+        }
+    }
+
+    #[test]
+    fn request_schemas_state_what_the_decoder_checks() {
+        let d = doc();
+        let s = &d["components"]["schemas"];
+        assert_eq!(s["OpenAiChatRequest"]["required"], json!(["messages"]));
+        assert_eq!(s["OpenAiChatRequest"]["properties"]["messages"]["minItems"], 1);
+        assert_eq!(s["OpenAiCompletionRequest"]["required"], json!(["prompt"]));
+        let top_p = &s["OpenAiChatRequest"]["properties"]["top_p"];
+        assert_eq!((top_p["minimum"].as_f64(), top_p["maximum"].as_f64()), (Some(0.0), Some(1.0)));
+        assert_eq!(s["OllamaOptions"]["properties"]["repeat_penalty"]["exclusiveMinimum"], true);
+    }
+
+    #[test]
+    fn errors_take_the_shape_of_their_api() {
+        let d = doc();
+        let err = |path: &str, status: &str| {
+            d["paths"][path]["post"]["responses"][status]["content"]["application/json"]["schema"]
+                ["$ref"]
+                .clone()
+        };
+        assert_eq!(err("/v1/chat/completions", "400"), "#/components/schemas/OpenAiError");
+        assert_eq!(err("/api/chat", "404"), "#/components/schemas/OllamaError");
+        assert!(d["paths"]["/health"]["get"]["responses"]["401"].is_null());
+        assert!(d["paths"]["/metrics"]["get"]["responses"]["401"].is_object());
+    }
+}
