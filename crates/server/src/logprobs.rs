@@ -18,8 +18,11 @@
 //! Cost per token, only when asked: one pass over the vocabulary's logits for the maximum, one
 //! for the sum of exponentials and the top list (at most [`MAX_TOP`] entries kept sorted).
 
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 use tokenizer::Tokenizer;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Most alternatives a request may ask for (OpenAI's limit for `top_logprobs`).
 pub const MAX_TOP: usize = 20;
@@ -104,6 +107,50 @@ impl Legacy {
     }
 }
 
+/// The alternatives asked per token when log-probabilities are asked for (`on`), checked:
+/// `top` (named `field` in the request) at most [`MAX_TOP`], and only with `on`.
+pub fn asked(on: bool, top: Option<u32>, field: &str) -> Result<Option<usize>, String> {
+    match top {
+        Some(n) if n as usize > MAX_TOP => {
+            Err(format!("{field} is {n}; at most {MAX_TOP} alternatives per token are returned"))
+        }
+        Some(_) if !on => Err(format!("{field} needs logprobs: true")),
+        _ => Ok(on.then(|| top.unwrap_or(0) as usize)),
+    }
+}
+
+/// A job's log-probabilities as they arrive, rendered in its route's shape.
+pub struct Rendering {
+    rx: UnboundedReceiver<TokenLogprob>,
+    tok: Arc<Tokenizer>,
+    /// `None`: chat's shape.
+    legacy: Option<Legacy>,
+}
+
+impl Rendering {
+    pub fn new(rx: UnboundedReceiver<TokenLogprob>, tok: Arc<Tokenizer>, chat: bool) -> Rendering {
+        Rendering { rx, tok, legacy: (!chat).then(Legacy::default) }
+    }
+
+    /// Every entry received since the last call (all of them once the job's `Done` arrived:
+    /// entries are sent before the text they belong to).
+    pub fn take(&mut self) -> Value {
+        let mut got = Vec::new();
+        while let Ok(t) = self.rx.try_recv() {
+            got.push(t);
+        }
+        match &mut self.legacy {
+            None => chat(&self.tok, &got),
+            Some(l) => l.render(&self.tok, &got),
+        }
+    }
+}
+
+/// [`Rendering::take`], or null when log-probabilities were not asked for.
+pub fn take(r: &mut Option<Rendering>) -> Value {
+    r.as_mut().map_or(Value::Null, Rendering::take)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +168,16 @@ mod tests {
         // No alternatives asked; more asked than the vocabulary has.
         assert!(TokenLogprob::from_logits(&logits, 0, 0).top.is_empty());
         assert_eq!(TokenLogprob::from_logits(&logits, 0, 99).top.len(), 5);
+    }
+
+    #[test]
+    fn the_asked_number_is_checked() {
+        assert_eq!(asked(false, None, "top_logprobs"), Ok(None));
+        assert_eq!(asked(true, None, "top_logprobs"), Ok(Some(0)));
+        assert_eq!(asked(true, Some(20), "top_logprobs"), Ok(Some(20)));
+        let e = asked(true, Some(21), "top_logprobs").unwrap_err();
+        assert!(e.contains("at most 20"), "{e}");
+        let e = asked(false, Some(2), "top_logprobs").unwrap_err();
+        assert!(e.contains("logprobs: true"), "{e}");
     }
 }
