@@ -463,10 +463,14 @@ pub fn choose(
     if matches!(w.residency, None | Some(Residency::Stream)) {
         for &n_ctx in &ctxs {
             // Most layers pinned such that the rest streams within the budget, per precision.
+            // Each pinned layer adds its bytes, so the peak grows with the pinned count: a
+            // binary search over it (O(layers · log layers); a linear one was quadratic).
             let pinned = |kv| {
-                (0..c.n_layer)
-                    .rev()
-                    .find(|&k| predict(c, m, &req(n_ctx, kv, Residency::Stream, k)).total <= usable)
+                let fits = |k: &usize| {
+                    predict(c, m, &req(n_ctx, kv, Residency::Stream, *k)).total <= usable
+                };
+                let layers: Vec<usize> = (0..c.n_layer).collect();
+                layers.partition_point(fits).checked_sub(1)
             };
             // A streamed layer is read from disk every token, over ten times slower than memory:
             // the precision that keeps the most layers pinned wins; the finer one on a tie.
@@ -760,9 +764,15 @@ pub(crate) mod tests {
         m.layer_bytes = vec![1_000_000; 4096];
         let mut w = wants();
         w.n_kv = Some(64);
-        let c = choose(&c, &m, 3 << 30, &w).unwrap();
-        assert_eq!(c.request.residency, Residency::Stream);
-        assert!(c.request.pinned_layers > 0 && c.request.pinned_layers < 4096);
+        let budget = 3 << 30;
+        let ch = choose(&c, &m, budget, &w).unwrap();
+        assert_eq!(ch.request.residency, Residency::Stream);
+        let k = ch.request.pinned_layers;
+        assert!(k > 0 && k < 4096);
+        // The binary search finds the most layers that fit, as a linear one would.
+        let usable = budget - headroom(budget);
+        let one_more = Request { pinned_layers: k + 1, ..ch.request };
+        assert!(ch.prediction.total <= usable && predict(&c, &m, &one_more).total > usable);
     }
 
     #[test]
