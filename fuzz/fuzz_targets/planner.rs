@@ -132,6 +132,7 @@ fn facts(f: &Facts, n_layer: usize, n_vocab: usize) -> ModelFacts {
         token_text_bytes: u64::from(f.token_text),
         n_merges: u64::from(f.n_merges),
         merge_text_bytes: u64::from(f.merge_text),
+        adapter_bytes: 0,
     }
 }
 

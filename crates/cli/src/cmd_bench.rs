@@ -115,6 +115,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let (params, planned) = run.plan(model, needed, Some(needed))?;
     let (threads, kv_label) = (params.n_threads, kv_label(params.kv_k, params.kv_v));
     let mut ctx = Context::new(Arc::clone(model), params);
+    run.lora.apply(&mut ctx)?;
     let residence = attach(&planned, &m, &ctx)?;
     // Deterministic pseudo-random tokens (speed does not depend on which tokens).
     let token = |i: usize| ((i as u64).wrapping_mul(2654435761) % n_vocab as u64) as u32;

@@ -57,6 +57,7 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     // layers as the KV cache it can reach leaves room for.
     let (params, planned) = cmd.run.plan(&m.model, 1, None)?;
     let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
+    cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let interrupted = Arc::new(AtomicBool::new(false));
     {

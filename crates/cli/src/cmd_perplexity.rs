@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 use model::{Context, ContextParams};
 
-use crate::common::{default_threads, load};
+use crate::common::{default_threads, load, LoraArgs};
 use crate::kv_args::KvArgs;
 
 #[derive(Args, Debug)]
@@ -28,6 +28,8 @@ pub struct PerplexityCmd {
     pub json: bool,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
@@ -50,6 +52,7 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
     cmd.kv.apply(&mut params)?;
     let kv_label = cmd.kv.label()?;
     let mut ctx = Context::new(Arc::clone(&model), params);
+    cmd.lora.apply(&mut ctx)?;
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let t = std::time::Instant::now();
     let r = engine::perplexity(&mut ctx, &tokens, bos, cmd.chunks)?;

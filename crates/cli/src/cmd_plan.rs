@@ -41,6 +41,8 @@ pub struct PlanArgs {
     pub json: bool,
     #[command(flatten)]
     pub mem: MemArgs,
+    #[command(flatten)]
+    pub lora: crate::common::LoraArgs,
 }
 
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
@@ -49,7 +51,8 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the header of {}", path.display()))?;
     let cfg = ModelConfig::from_gguf(&file)
         .with_context(|| format!("reading the configuration of {}", path.display()))?;
-    let facts = ModelFacts::from_gguf(&file, &cfg);
+    let facts =
+        ModelFacts { adapter_bytes: a.lora.bytes(&cfg)?, ..ModelFacts::from_gguf(&file, &cfg) };
     let kv =
         a.kv.as_deref()
             .map(|k| k.parse::<KvType>().map_err(|e| anyhow::anyhow!("--kv: {e}")))

@@ -135,6 +135,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let (params, planned) =
         cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + n_predict))?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
+    cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let gen = GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
     let stdout = std::io::stdout();

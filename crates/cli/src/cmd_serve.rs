@@ -50,6 +50,9 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
             "--window is not supported by snug serve: each sequence keeps its whole context"
         );
     }
+    if !cmd.run.lora.lora.is_empty() {
+        anyhow::bail!("--lora is not supported by snug serve yet: per-request adapters are coming");
+    }
     let m = open(&cmd.model)?;
     let (kv_k, kv_v) = cmd.run.kv.types()?;
     let kv_given =
@@ -63,6 +66,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         kv_sinks: cmd.run.kv.sinks,
         n_seq: cmd.parallel,
         mem: cmd.run.mem.options(),
+        adapter_bytes: 0,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
     eprintln!("snug: {} sequences, {}", cmd.parallel, planned.summary());

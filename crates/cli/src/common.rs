@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::Args;
 use engine::SamplerParams;
-use model::{Context, ContextParams, Model};
+use model::{AdapterSet, Context, ContextParams, Lora, Model, ModelConfig};
 use runtime::{Loaded, Planned, Residence, RunOptions, RuntimeError};
 use tokenizer::Tokenizer;
 
@@ -26,6 +27,69 @@ pub struct RunArgs {
     pub kv: crate::kv_args::KvArgs,
     #[command(flatten)]
     pub mem: crate::mem_args::MemArgs,
+    #[command(flatten)]
+    pub lora: LoraArgs,
+}
+
+/// `--lora FILE[:SCALE]`, repeatable: LoRA adapters applied together (their deltas add up).
+#[derive(Args, Clone, Debug, Default)]
+pub struct LoraArgs {
+    /// A LoRA adapter (llama.cpp's GGUF adapter format) and its scale (default 1); repeat the
+    /// flag to apply several.
+    #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
+    pub lora: Vec<(std::path::PathBuf, f32)>,
+    /// The adapters, loaded once for the model (the planner counts them, the context applies them).
+    #[arg(skip)]
+    loaded: std::sync::OnceLock<AdapterSet>,
+}
+
+/// `FILE[:SCALE]`: a trailing `:number` is the scale, anything else is part of the path.
+fn parse_lora(s: &str) -> Result<(std::path::PathBuf, f32), String> {
+    if let Some((path, scale)) = s.rsplit_once(':') {
+        if let Ok(v) = scale.parse::<f32>() {
+            if !v.is_finite() {
+                return Err(format!("the scale {scale} of --lora {s} is not a finite number"));
+            }
+            return Ok((path.into(), v));
+        }
+    }
+    Ok((s.into(), 1.0))
+}
+
+impl LoraArgs {
+    /// The adapters, loaded for a model of configuration `c` on the first call.
+    pub fn adapters(&self, c: &ModelConfig) -> anyhow::Result<&AdapterSet> {
+        if let Some(set) = self.loaded.get() {
+            return Ok(set);
+        }
+        let mut set = AdapterSet::new();
+        for (path, scale) in &self.lora {
+            let l = Lora::load(path, c)
+                .with_context(|| format!("loading the LoRA adapter {}", path.display()))?;
+            set.push((Arc::new(l), *scale));
+        }
+        Ok(self.loaded.get_or_init(|| set))
+    }
+
+    /// Heap bytes of the adapters (0 without `--lora`), for the memory plan.
+    pub fn bytes(&self, c: &ModelConfig) -> anyhow::Result<u64> {
+        Ok(self.adapters(c)?.iter().map(|(l, _)| l.bytes() as u64).sum())
+    }
+
+    /// Applies the adapters to every sequence of `ctx`.
+    pub fn apply(&self, ctx: &mut Context) -> anyhow::Result<()> {
+        let set = self.adapters(ctx.config())?.clone();
+        if set.is_empty() {
+            return Ok(());
+        }
+        for seq in 0..ctx.params.n_seq_max.max(1) {
+            ctx.set_adapters(seq, &set)?;
+        }
+        let names: Vec<String> =
+            set.iter().map(|(l, s)| format!("{} ×{s} (rank {})", l.name, l.max_rank())).collect();
+        eprintln!("snug: LoRA {}", names.join(" + "));
+        Ok(())
+    }
 }
 
 #[derive(Args, Clone, Debug)]
@@ -145,6 +209,7 @@ impl RunArgs {
             kv_sinks: self.kv.sinks,
             n_seq: 1,
             mem: self.mem.options(),
+            adapter_bytes: self.lora.bytes(&model.config)?,
         };
         let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
         eprintln!("snug: {}", planned.summary());

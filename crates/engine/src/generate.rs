@@ -115,6 +115,11 @@ impl Session {
         &self.ctx
     }
 
+    /// The context, to configure before generating (e.g. [`Context::set_adapters`]).
+    pub fn context_mut(&mut self) -> &mut Context {
+        &mut self.ctx
+    }
+
     /// Forgets the conversation.
     pub fn reset(&mut self) {
         self.ctx.kv.seq_clear(0);

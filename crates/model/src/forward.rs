@@ -13,7 +13,8 @@ use quant::threads::ThreadPool;
 use crate::attention::{attention, scratch_floats};
 use crate::batch::Batch;
 use crate::config::ModelConfig;
-use crate::kv::KvCache;
+use crate::kv::{KvCache, SeqId};
+use crate::lora::{bgmv, AdapterSet, Lora, LoraError};
 use crate::ops::{self, RopeTable};
 use crate::params::ContextParams;
 use crate::weights::{LayerWeights, Mat};
@@ -56,6 +57,8 @@ pub struct Context {
     n_logits: usize,
     /// Called around every stage of every layer (weight streaming); set once, after creation.
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
+    /// [n_seq_max] each sequence's LoRA adapters and scales; empty for the bare model.
+    adapters: Vec<AdapterSet>,
 }
 
 /// Element counts of a context's buffers: the one formula [`Context::new`] allocates by and the
@@ -139,9 +142,32 @@ impl Context {
             logits,
             n_logits: 0,
             model,
+            adapters: (0..params.n_seq_max.max(1)).map(|_| Vec::new()).collect(),
             params,
             observer: Default::default(),
         }
+    }
+
+    /// Applies `set` (adapters with their scales, which add up) to sequence `seq`'s tokens from
+    /// the next [`Context::decode`] on; an empty set returns it to the bare model. Other
+    /// sequences keep theirs, so one batch mixes adapters. Refused, changing nothing, for a
+    /// sequence this context lacks or an adapter loaded for another model.
+    pub fn set_adapters(&mut self, seq: SeqId, set: &[(Arc<Lora>, f32)]) -> Result<(), ModelError> {
+        let n_seq_max = self.adapters.len();
+        let slot = self.adapters.get_mut(seq).ok_or(ModelError::BadSeq { seq, n_seq_max })?;
+        let c = &self.model.config;
+        if let Some((l, _)) = set.iter().find(|(l, _)| !l.fits(c)) {
+            return Err(
+                LoraError::WrongBase { adapter: l.name.clone(), model: c.name.clone() }.into()
+            );
+        }
+        *slot = set.to_vec();
+        Ok(())
+    }
+
+    /// Sequence `seq`'s adapters (empty for the bare model or a sequence this context lacks).
+    pub fn adapters(&self, seq: SeqId) -> &[(Arc<Lora>, f32)] {
+        self.adapters.get(seq).map_or(&[], Vec::as_slice)
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -230,7 +256,14 @@ impl Context {
         let observer = self.observer.get().cloned();
         for (il, lw) in w.layers.iter().enumerate() {
             // Each matrix group's matmul, reported to the observer stage by stage.
-            let gm = GroupMm { pool, file, obs: observer.as_deref(), il, blocks: &w.stage_blocks };
+            let gm = GroupMm {
+                pool,
+                file,
+                obs: observer.as_deref(),
+                il,
+                blocks: &w.stage_blocks,
+                lora: (&self.adapters, &batch.seq[b0..b1]),
+            };
             let la = c.layers[il];
             // Attention block.
             for t in 0..n {
@@ -370,14 +403,33 @@ struct GroupMm<'a> {
     il: usize,
     /// Blocks per group.
     blocks: &'a [usize; memory::stages::GROUPS],
+    /// Adapter sets by sequence, and the sequence of each token: each group's outputs gain
+    /// their tokens' LoRA deltas after the base matmul (`lora::bgmv`).
+    lora: (&'a [AdapterSet], &'a [SeqId]),
 }
 
 impl GroupMm<'_> {
-    /// `ys[i] = x · group g's i-th matrix` for `m` tokens. A streamed layer computing one token
-    /// goes block by block: each block's rows are read, used and dropped before the next, so
-    /// streaming holds one block of the group, not all of it. Otherwise the group is one
-    /// matmul, and its stages are reported done together.
+    /// `ys[i] = x · group g's i-th matrix` for `m` tokens, plus each token's LoRA deltas.
     fn run(
+        &self,
+        lw: &LayerWeights,
+        g: usize,
+        x: &[f32],
+        m: usize,
+        ys: &mut [&mut [f32]],
+        qbuf: &mut Vec<u8>,
+    ) -> Result<(), ModelError> {
+        self.run_base(lw, g, x, m, ys, qbuf)?;
+        let (sets, seqs) = self.lora;
+        bgmv::apply(self.pool, sets, seqs, self.il, g, x, ys);
+        Ok(())
+    }
+
+    /// The base matmul of [`GroupMm::run`]. A streamed layer computing one token goes block by
+    /// block: each block's rows are read, used and dropped before the next, so streaming holds
+    /// one block of the group, not all of it. Otherwise the group is one matmul, and its stages
+    /// are reported done together.
+    fn run_base(
         &self,
         lw: &LayerWeights,
         g: usize,

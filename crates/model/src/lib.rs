@@ -8,6 +8,7 @@ pub mod config;
 pub mod eval;
 pub mod forward;
 pub mod kv;
+pub mod lora;
 pub mod names;
 pub mod ops;
 mod par;
@@ -23,6 +24,7 @@ pub use config::ModelConfig;
 pub use forward::Context;
 use gguf::GgufFile;
 pub use kv::{kv_bytes_per_token, SeqId};
+pub use lora::{AdapterSet, Lora, LoraError};
 pub use params::{ContextParams, KvType};
 pub use weights::Weights;
 
@@ -72,4 +74,6 @@ pub enum ModelError {
     TooManyOutputs { requested: usize, max: usize },
     #[error("kernel: {0}")]
     Kernel(String),
+    #[error(transparent)]
+    Lora(#[from] LoraError),
 }

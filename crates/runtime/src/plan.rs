@@ -102,6 +102,9 @@ pub struct ModelFacts {
     pub token_text_bytes: u64,
     pub n_merges: u64,
     pub merge_text_bytes: u64,
+    /// Heap bytes of the LoRA adapters loaded beside the model (`model::Lora::bytes`); 0
+    /// without adapters. Not part of the file: callers that load adapters set it.
+    pub adapter_bytes: u64,
 }
 
 impl ModelFacts {
@@ -147,6 +150,7 @@ impl ModelFacts {
             embd_row_bytes: embd_bytes / embd_rows,
             output_tied,
             other_bytes: other,
+            adapter_bytes: 0,
             n_tokens: toks.len() as u64,
             token_text_bytes: toks.iter().map(|s| s.len() as u64).sum(),
             n_merges: merges.len() as u64,
@@ -221,6 +225,8 @@ pub struct Prediction {
     pub arena: u64,
     pub logits: u64,
     pub tokenizer: u64,
+    /// LoRA adapters ([`ModelFacts::adapter_bytes`]).
+    pub adapters: u64,
     pub overhead: u64,
     pub total: u64,
 }
@@ -234,6 +240,7 @@ impl Prediction {
             ("activations", self.arena),
             ("logits", self.logits),
             ("tokenizer heap", self.tokenizer),
+            ("LoRA adapters", self.adapters),
             ("process", self.overhead),
             ("peak RSS", self.total),
         ]
@@ -351,8 +358,9 @@ pub fn predict(c: &ModelConfig, m: &ModelFacts, r: &Request) -> Prediction {
         arena,
         logits,
         tokenizer,
+        adapters: m.adapter_bytes,
         overhead,
-        total: [kv, arena, logits, tokenizer, overhead]
+        total: [kv, arena, logits, tokenizer, m.adapter_bytes, overhead]
             .into_iter()
             .fold(weights, u64::saturating_add),
     }
@@ -658,6 +666,7 @@ pub(crate) mod tests {
             token_text_bytes: 1_000_000,
             n_merges: 151387,
             merge_text_bytes: 1_500_000,
+            adapter_bytes: 0,
         };
         (c, m)
     }

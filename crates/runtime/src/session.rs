@@ -108,6 +108,9 @@ pub struct RunOptions {
     /// Sequences held and decoded together (a server's parallel slots).
     pub n_seq: usize,
     pub mem: MemOptions,
+    /// Heap bytes of the LoRA adapters the run applies (`model::Lora::bytes`), which the plan
+    /// counts.
+    pub adapter_bytes: u64,
 }
 
 impl Default for RunOptions {
@@ -122,6 +125,7 @@ impl Default for RunOptions {
             kv_sinks: p.kv_sinks,
             n_seq: 1,
             mem: MemOptions::default(),
+            adapter_bytes: 0,
         }
     }
 }
@@ -195,7 +199,8 @@ pub fn plan(
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
     };
-    let facts = ModelFacts::from_gguf(&model.file, c);
+    let facts =
+        ModelFacts { adapter_bytes: o.adapter_bytes, ..ModelFacts::from_gguf(&model.file, c) };
     let choice = plan::choose(c, &facts, budget.bytes, &wants)
         .map_err(|fit| RuntimeError::DoesNotFit { fit, source_name: budget.source.to_string() })?;
     let params = choice.request.context_params(ContextParams {
