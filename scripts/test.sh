@@ -34,8 +34,9 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 python3 -m pip --version
 # The official OpenAI and Ollama clients, which the serve test drives (crates/cli/tests/serve_clients.py),
-# and schemathesis, which checks the server against its /openapi.json (crates/cli/tests/serve_schema.rs).
-python3 -m pip install -q openai ollama schemathesis==4.32.5
+# schemathesis, which checks the server against its /openapi.json (crates/cli/tests/serve_schema.rs),
+# and the Prometheus client, whose parser reads /metrics there.
+python3 -m pip install -q openai ollama schemathesis==4.32.5 prometheus_client==0.26.0
 if [ ! -d ../shared ]; then
     echo "warning: ../shared not found; tests that need reference data will say so" >&2
 fi

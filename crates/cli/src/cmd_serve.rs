@@ -93,12 +93,13 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         queue: cmd.queue,
         prefill_chunk: cmd.prefill_chunk,
         name,
+        budget: planned.budget.bytes,
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };
-    server::serve(m.model, m.tok, &m.path, params, opts, move |ctx| {
+    server::serve(m.model, m.tok, &m.path, params, opts, move |ctx, pressure| {
         planned
-            .attach(&loaded, ctx, |line| eprintln!("{line}"))
+            .attach(&loaded, ctx, move |line| pressure.say(line))
             .map_err(|e| format!("{:#}", explain(e)))
     })?;
     Ok(())

@@ -14,6 +14,7 @@ import urllib.request
 
 import ollama
 import openai
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 base, key, model = sys.argv[1:4]
 checks = 0
@@ -34,6 +35,18 @@ def raises(exc, fn, what):
         return e
     raise AssertionError(f"{what}: no {exc.__name__} raised")
 
+
+def scrape():
+    """/metrics parsed by the official Prometheus client's (strict) OpenMetrics parser:
+    {(sample name, labels as a sorted tuple): value}."""
+    req = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req) as h:
+        text = h.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+metrics_before = scrape()
 
 # --- OpenAI -------------------------------------------------------------------------------
 oa = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
@@ -189,7 +202,8 @@ def long_stream():
 
 running = [long_stream() for _ in range(2)]
 for _, resp in running:
-    check(resp.status == 200 and resp.readline().startswith(b"data: "), "two streams run")
+    line = resp.readline()
+    check(resp.status == 200 and line.startswith(b"data: "), f"two streams run: {resp.status} {line[:300]!r}")
 waiting = long_stream()
 check(waiting[1].status == 200, "a third request waits")
 c, resp = long_stream()
@@ -235,5 +249,29 @@ try:
     raise AssertionError("a 5 MiB body: expected 413")
 except urllib.error.HTTPError as err:
     check(err.code == 413 and "error" in json.load(err), "a body past --max-body is 413")
+
+# --- Metrics moved as they should ---------------------------------------------------------
+after = scrape()
+
+
+def moved(name, labels=()):
+    key_ = (name, tuple(sorted(labels)))
+    return after.get(key_, 0) - metrics_before.get(key_, 0)
+
+
+for series in ("snug_generated_tokens_total", "snug_prompt_tokens_total",
+               "snug_time_to_first_token_seconds_count", "snug_inter_token_seconds_count"):
+    check(moved(series) > 0, f"{series} grew")
+check(moved("snug_http_requests_total", [("route", "/v1/chat/completions"), ("status", "200")])
+      >= 2, "requests counted by route and status")
+check(moved("snug_http_requests_total", [("route", "/api/pull"), ("status", "404")]) == 1,
+      "the unknown pull counted as a 404")
+rss, budget = after[("snug_resident_memory_bytes", ())], after[("snug_memory_budget_bytes", ())]
+check(0 < rss < budget, f"RSS {rss} within the budget {budget}")
+pool = lambda m: sum(m[(f"snug_kv_blocks_{k}", ())] for k in ("used", "free", "cached"))
+check(pool(after) == pool(metrics_before) > 0, "KV blocks used + free + cached = the pool")
+check(after[("snug_kv_blocks_used", ())] == 0, "no KV block held once every client is done")
+check(("snug_memory_pressure_events_total", ()) in after, "memory-pressure events are exposed")
+check(("snug_prefix_hit_tokens_total", ()) in after, "prefix-cache hits are exposed")
 
 print(f"{checks} passed, 0 failed")

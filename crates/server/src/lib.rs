@@ -51,6 +51,22 @@ pub struct ServeOptions {
     pub prefill_chunk: Option<usize>,
     /// The name clients use for the model (the alias or the file's stem).
     pub name: String,
+    /// The memory budget the plan was made in, in bytes (shown beside the RSS in /metrics).
+    pub budget: u64,
+}
+
+/// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
+/// printed on stderr and counted in `/metrics` as a memory-pressure event.
+#[derive(Clone)]
+pub struct PressureLog {
+    events: prometheus_client::metrics::counter::Counter,
+}
+
+impl PressureLog {
+    pub fn say(&self, line: &str) {
+        self.events.inc();
+        eprintln!("{line}");
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,24 +174,26 @@ pub fn unix_now() -> u64 {
 
 /// Opens the server on `opts.host:opts.port` for `model` (read from `path`) in a context of
 /// `params`, and serves until Ctrl-C or SIGTERM. `attach` runs on the scheduler thread once
-/// the context exists (e.g. to make the weights resident as planned and hook a layer streamer);
-/// what it returns lives as long as the context.
+/// the context exists (e.g. to make the weights resident as planned, hook a layer streamer and
+/// start the pressure monitor, whose lines go to the [`PressureLog`] it is given); what it
+/// returns lives as long as the context.
 pub fn serve<R: 'static>(
     model: Arc<Model>,
     tok: Arc<Tokenizer>,
     path: &Path,
     params: ContextParams,
     opts: ServeOptions,
-    attach: impl FnOnce(&Context) -> Result<R, String> + Send + 'static,
+    attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
     let card = ModelCard::new(&opts.name, path, &model);
     let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
-    let metrics = metrics::Metrics::new(&counters);
+    let metrics = metrics::Metrics::new(&counters, opts.budget);
+    let pressure = PressureLog { events: metrics.pressure_events.clone() };
     let engine = scheduler::spawn(tok.clone(), sched, counters, move || {
         let ctx = Context::new(model, params);
-        let keep = attach(&ctx).map_err(ServeError::Attach)?;
+        let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
         Ok((ctx, keep))
     })?;
     let state = Arc::new(AppState {
