@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use engine::{GenerateParams, Session};
+use engine::{GenStats, GenerateParams, Session};
 use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::progress::PromptBar;
 
 #[derive(Args, Debug)]
 pub struct ChatCmd {
@@ -43,6 +44,28 @@ pub fn chat_tokens(
 ) -> anyhow::Result<Vec<u32>> {
     let prompt = template.render(messages, true)?;
     Ok(tok.encode(&prompt, true, true))
+}
+
+/// Generates from `tokens` with the prompt's progress on stderr ([`PromptBar`]) and the answer
+/// streamed to stdout, ended by a newline; `on_text` sees each piece and returns false to stop.
+/// A closed stdout (e.g. piped into `head`) ends generation quietly.
+pub fn stream_answer(
+    session: &mut Session,
+    tokens: &[u32],
+    gen: &GenerateParams,
+    mut on_text: impl FnMut(&str) -> bool,
+) -> anyhow::Result<GenStats> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let bar = PromptBar::start(tokens.len());
+    let (_, stats) = session.generate_reporting(
+        tokens,
+        gen,
+        |done, total| bar.update(done, total),
+        |text| out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_ok() && on_text(text),
+    )?;
+    let _ = writeln!(out);
+    Ok(stats)
 }
 
 pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
@@ -105,14 +128,10 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
             eprintln!("{line}");
         }
         let mut answer = String::new();
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
-        let (_, stats) = session.generate(&tokens, &gen, |text| {
+        let stats = stream_answer(&mut session, &tokens, &gen, |text| {
             answer.push_str(text);
-            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
             !interrupted.load(Ordering::SeqCst)
         })?;
-        let _ = writeln!(out);
         messages.push(ChatMessage::new("assistant", answer));
         eprintln!(
             "[prompt {} tok ({} new) {:.1} tok/s | answer {} tok {:.1} tok/s{}]",

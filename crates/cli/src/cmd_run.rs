@@ -12,7 +12,7 @@
 //! `snug run "a prompt"` mean what they say. A model name and a prompt that is itself an alias
 //! are told apart by giving both.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 
 use anyhow::Context as _;
 use clap::Args;
@@ -138,13 +138,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let gen = GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let (_, stats) = session.generate(&tokens, &gen, |text| {
-        // A closed stdout (e.g. piped into `head`) ends generation quietly.
-        out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_ok()
-    })?;
-    let _ = writeln!(out);
+    let stats = cmd_chat::stream_answer(&mut session, &tokens, &gen, |_| true)?;
     eprintln!(
         "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s | stop: {:?}",
         stats.n_prompt,

@@ -19,6 +19,7 @@ mod cmd_tokenize;
 mod common;
 mod kv_args;
 mod mem_args;
+mod progress;
 
 use clap::{Parser, Subcommand};
 

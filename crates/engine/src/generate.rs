@@ -128,8 +128,13 @@ impl Session {
     }
 
     /// Makes the cache hold exactly `tokens`, computing only what differs from what it holds;
-    /// leaves the last token's logits in the context. Returns how many tokens were computed.
-    fn prefill(&mut self, tokens: &[u32]) -> Result<usize, ModelError> {
+    /// leaves the last token's logits in the context. Returns how many tokens were computed;
+    /// `progress(done, to_compute)` is called after each micro-batch.
+    fn prefill(
+        &mut self,
+        tokens: &[u32],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<usize, ModelError> {
         if tokens.len() > self.n_ctx() && !self.ctx.kv.unbounded() {
             return Err(ModelError::ContextFull { pos: tokens.len() - 1, n_ctx: self.n_ctx() });
         }
@@ -153,6 +158,7 @@ impl Session {
             }
             self.ctx.decode(&self.batch)?;
             self.history.extend_from_slice(chunk);
+            progress((c * ub + chunk.len()).min(todo.len()), todo.len());
         }
         Ok(todo.len())
     }
@@ -163,13 +169,26 @@ impl Session {
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
+        on_text: impl FnMut(&str) -> bool,
+    ) -> Result<(Vec<u32>, GenStats), ModelError> {
+        self.generate_reporting(prompt, params, |_, _| {}, on_text)
+    }
+
+    /// [`Session::generate`] that also reports prompt processing: `on_prefill(done, to_compute)`
+    /// after each micro-batch of the prompt tokens not already cached (at least the last prompt
+    /// token is always computed), before any text.
+    pub fn generate_reporting(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        mut on_prefill: impl FnMut(usize, usize),
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<(Vec<u32>, GenStats), ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::Unsupported("the prompt is empty: nothing to continue".into()));
         }
         let t0 = Instant::now();
-        let computed = self.prefill(prompt)?;
+        let computed = self.prefill(prompt, &mut on_prefill)?;
         let prompt_secs = t0.elapsed().as_secs_f64();
         for &t in prompt {
             self.sampler.accept(t);
