@@ -1,14 +1,17 @@
-//! `snug ps`: what a running `snug serve` holds — model, file size, context per sequence, and
-//! when the server reports them, parallel sequences and its resident memory against its budget —
-//! from its Ollama route `GET /api/ps`, like `ollama ps`.
+//! `snug ps`: what a running `snug serve` holds, like `ollama ps` — model, file size and context
+//! per sequence from its Ollama route `GET /api/ps` (and parallel sequences if a record has
+//! `parallel`), then the sequences running and waiting and its resident memory against the
+//! budget its plan was made in from `GET /metrics` (`snug_running_sequences`, `snug_queue_depth`,
+//! `snug_resident_memory_bytes`, `snug_memory_budget_bytes`; `-` where a server has none).
 //!
-//! The request is one HTTP/1.0 GET over a loopback socket (no client crate: HTTP/1.0 has no
-//! chunked bodies or keep-alive, so the answer is the bytes up to the server's close). Optional
-//! fields read from each record: `parallel`, `rss_bytes`, `budget_bytes`.
+//! Each request is one HTTP/1.0 GET (no client crate: HTTP/1.0 has no chunked bodies or
+//! keep-alive, so the answer is the bytes up to the server's close).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+
+use std::collections::HashMap;
 
 use anyhow::Context as _;
 use serde_json::Value;
@@ -35,12 +38,22 @@ pub fn run(args: PsArgs) -> anyhow::Result<()> {
     let ps: Value = serde_json::from_str(&body).with_context(|| {
         format!("{}:{} answered /api/ps with something other than JSON", args.host, args.port)
     })?;
+    // The server's own gauges; a server without /metrics (or an older one) still lists its models.
+    let gauges = get(&args.host, args.port, "/metrics", key.as_deref())
+        .map(|text| gauges(&text))
+        .unwrap_or_default();
     let models = ps["models"].as_array().cloned().unwrap_or_default();
-    let rows: Vec<[String; 5]> = models.iter().map(row).collect();
+    let rows: Vec<[String; 7]> = models.iter().map(|m| row(m, &gauges)).collect();
     let w = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(4);
-    println!("{:w$}  {:>10}  {:>7}  {:>8}  MEMORY", "NAME", "SIZE", "CONTEXT", "PARALLEL");
+    println!(
+        "{:w$}  {:>10}  {:>7}  {:>8}  {:>7}  {:>6}  MEMORY",
+        "NAME", "SIZE", "CONTEXT", "PARALLEL", "RUNNING", "QUEUED"
+    );
     for r in &rows {
-        println!("{:w$}  {:>10}  {:>7}  {:>8}  {}", r[0], r[1], r[2], r[3], r[4]);
+        println!(
+            "{:w$}  {:>10}  {:>7}  {:>8}  {:>7}  {:>6}  {}",
+            r[0], r[1], r[2], r[3], r[4], r[5], r[6]
+        );
     }
     if rows.is_empty() {
         eprintln!("the server at {}:{} holds no model", args.host, args.port);
@@ -48,11 +61,25 @@ pub fn run(args: PsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One `/api/ps` record as table cells; a field the server does not report is `-`.
-fn row(m: &Value) -> [String; 5] {
+/// The unlabelled samples of a Prometheus text exposition, by metric name.
+fn gauges(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            let value = value.split_whitespace().next()?.parse().ok()?;
+            (!name.contains('{')).then(|| (name.to_string(), value))
+        })
+        .collect()
+}
+
+/// One `/api/ps` record and the server's gauges as table cells; what the server does not
+/// report is `-`.
+fn row(m: &Value, gauges: &HashMap<String, f64>) -> [String; 7] {
     let num = |k: &str| m[k].as_u64();
+    let gauge = |k: &str| gauges.get(k).map(|&v| v.max(0.0) as u64);
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
-    let memory = match (num("rss_bytes"), num("budget_bytes")) {
+    let memory = match (gauge("snug_resident_memory_bytes"), gauge("snug_memory_budget_bytes")) {
         (Some(rss), Some(budget)) => {
             format!("{} of {}", runtime::fmt_bytes(rss), runtime::fmt_bytes(budget))
         }
@@ -64,6 +91,8 @@ fn row(m: &Value) -> [String; 5] {
         or_dash(num("size").map(runtime::fmt_bytes)),
         or_dash(num("context_length").map(|n| n.to_string())),
         or_dash(num("parallel").map(|n| n.to_string())),
+        or_dash(gauge("snug_running_sequences").map(|n| n.to_string())),
+        or_dash(gauge("snug_queue_depth").map(|n| n.to_string())),
         memory,
     ]
 }
@@ -99,5 +128,23 @@ fn get(host: &str, port: u16, path: &str, key: Option<&str>) -> anyhow::Result<S
         ),
         Some(code) => anyhow::bail!("{host}:{port} answered {path} with HTTP {code}: {body}"),
         None => anyhow::bail!("{}: it did not answer HTTP", no_server()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_takes_the_record_and_the_servers_gauges() {
+        let text = "# HELP snug_queue_depth x\n# TYPE snug_queue_depth gauge\nsnug_queue_depth 2\n\
+                    snug_running_sequences 1\nsnug_resident_memory_bytes 1073741824\n\
+                    snug_memory_budget_bytes 2147483648\n\
+                    snug_http_requests_total{route=\"/api/ps\",status=\"200\"} 3\n# EOF\n";
+        let g = gauges(text);
+        assert_eq!(g.len(), 4, "{g:?}");
+        let m = serde_json::json!({"name": "m", "size": 1048576, "context_length": 512});
+        assert_eq!(row(&m, &g), ["m", "1.0 MiB", "512", "-", "1", "2", "1.00 GiB of 2.00 GiB"]);
+        assert_eq!(row(&m, &HashMap::new())[4..], ["-", "-", "-"]);
     }
 }

@@ -62,6 +62,8 @@ fn ps_shows_what_a_live_server_holds() {
     let size = std::fs::metadata(&model).expect("the model's size").len();
     assert!(row.contains(&runtime::fmt_bytes(size)), "{row}");
     assert!(row.split_whitespace().any(|c| c == "512"), "the context per sequence:\n{row}");
+    // The server's resident memory against its budget, from its /metrics.
+    assert!(row.contains(" of "), "the memory column:\n{row}");
     // Without the key the server refuses, and ps says which key it needs.
     let out = snug(&["ps", "--port", &port], &[]);
     assert!(!out.status.success());
