@@ -53,12 +53,12 @@ impl PromptBar {
     /// The rate shown is the average since the start: the position moves a micro-batch at a
     /// time, which indicatif's own moving rate would read as stalls.
     pub fn update(&self, done: usize, total: usize) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
         let secs = self.t0.elapsed().as_secs_f64();
         if secs > 0.0 {
             self.bar.set_message(format!("{:.1} tok/s", done as f64 / secs));
         }
-        self.bar.set_length(total as u64);
-        self.bar.set_position(done as u64);
         if done >= total {
             self.finish();
         }
