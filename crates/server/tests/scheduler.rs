@@ -27,8 +27,18 @@ fn start_ctx(
     prefill_chunk: Option<usize>,
     n_ctx: usize,
 ) -> (Handle, Arc<Tokenizer>) {
-    let path = hub::resolve(ALIAS)
-        .unwrap_or_else(|e| panic!("{ALIAS} is needed: {e} (fetch it with `snug pull {ALIAS}`)"));
+    start_model(ALIAS, n_seq, queue, prefill_chunk, n_ctx)
+}
+
+fn start_model(
+    alias: &str,
+    n_seq: usize,
+    queue: usize,
+    prefill_chunk: Option<usize>,
+    n_ctx: usize,
+) -> (Handle, Arc<Tokenizer>) {
+    let path = hub::resolve(alias)
+        .unwrap_or_else(|e| panic!("{alias} is needed: {e} (fetch it with `snug pull {alias}`)"));
     let model = Arc::new(Model::load(&path).expect("the model loads"));
     let tok = Arc::new(Tokenizer::from_gguf(&model.file).expect("its tokenizer loads"));
     let params = ContextParams {
@@ -237,4 +247,16 @@ fn logprobs_come_with_each_generated_token_and_greedy_picks_the_top_one() {
         assert!(t.top.iter().all(|p| p.1 <= 0.0), "{t:?}");
         assert!(t.top.iter().map(|p| p.1.exp()).sum::<f32>() <= 1.0 + 1e-6, "{t:?}");
     }
+}
+
+#[test]
+fn a_model_with_sliding_window_layers_shares_no_blocks() {
+    // gemma3's local layers free blocks past their window: nothing is cached, answers agree.
+    let (h, tok) = start_model("gemma3-270m", 1, 2, None, N_CTX);
+    let first = finish(greedy(&h, &tok, LONG, 8)).0;
+    let again = finish(greedy(&h, &tok, LONG, 8)).0;
+    assert_eq!(h.counters.prefix_hit_tokens.get(), 0);
+    assert_eq!(h.counters.kv_blocks_cached.get(), 0);
+    assert_eq!(first, again);
+    assert_blocks_back(&h);
 }
