@@ -56,15 +56,18 @@ pub struct ServeOptions {
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
-/// printed on stderr and counted in `/metrics` as a memory-pressure event.
+/// printed on stderr, counted in `/metrics` as a memory-pressure event, and sheds the prefix
+/// cache (cached blocks no sequence holds are the first memory given back).
 #[derive(Clone)]
 pub struct PressureLog {
     events: prometheus_client::metrics::counter::Counter,
+    shed: scheduler::Shed,
 }
 
 impl PressureLog {
     pub fn say(&self, line: &str) {
         self.events.inc();
+        self.shed.request();
         eprintln!("{line}");
     }
 }
@@ -190,8 +193,9 @@ pub fn serve<R: 'static>(
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
     let metrics = metrics::Metrics::new(&counters, opts.budget);
-    let pressure = PressureLog { events: metrics.pressure_events.clone() };
-    let engine = scheduler::spawn(tok.clone(), sched, counters, move || {
+    let shed = scheduler::Shed::default();
+    let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
+    let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
         let ctx = Context::new(model, params);
         let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
         Ok((ctx, keep))

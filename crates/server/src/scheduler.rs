@@ -27,7 +27,8 @@
 //! the rest of its prompt is read; after each step every sequence offers its newly filled
 //! blocks, prompt and answer alike. Cached blocks no sequence holds are evicted
 //! least-recently-used when the pool runs out, and all of them at once when memory pressure is
-//! signalled ([`Handle::shed_prefix_cache`]). A cached block gives the same KV as a cold one
+//! signalled ([`Shed`]: `snug serve` requests it with each reaction of the memory governor, so
+//! the cache goes at the governor's first reaction, together with the layers it demotes). A cached block gives the same KV as a cold one
 //! when both were computed in multi-token (prefill) steps; one written by a lone decode step
 //! can differ in the last bits where attention splits keys across threads (see above), so a
 //! follow-up turn that reuses an answer's blocks is equal to its cold run only as far as that.
@@ -167,15 +168,30 @@ pub struct Handle {
     pub n_ctx: usize,
     /// Blocks in the KV pool: `kv_blocks_used + kv_blocks_free + kv_blocks_cached`.
     pub kv_blocks: usize,
-    /// Set to make the scheduler drop its prefix cache before its next step.
-    shed: Arc<AtomicBool>,
+    shed: Shed,
+}
+
+/// A request to drop the prefix cache (memory pressure), honoured before the scheduler's next
+/// step; clones share one flag.
+#[derive(Clone, Debug, Default)]
+pub struct Shed(Arc<AtomicBool>);
+
+impl Shed {
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// True once per request.
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
 }
 
 impl Handle {
     /// Asks the scheduler to drop every cached prefix block no sequence holds (memory
     /// pressure): done before its next step, counted in [`Counters::prefix_sheds`].
     pub fn shed_prefix_cache(&self) {
-        self.shed.store(true, Ordering::Relaxed);
+        self.shed.request();
     }
 
     /// Queues `job`, or refuses at once when it can never run or the queue is full.
@@ -246,11 +262,22 @@ pub fn spawn<R: 'static>(
     counters: Counters,
     make: impl FnOnce() -> Result<(Context, R), ServeError> + Send + 'static,
 ) -> Result<Handle, ServeError> {
+    spawn_with_shed(tok, opts, counters, Shed::default(), make)
+}
+
+/// [`spawn`] with a [`Shed`] made beforehand (for whoever watches memory before the scheduler
+/// exists, e.g. the pressure monitor `make` starts).
+pub fn spawn_with_shed<R: 'static>(
+    tok: Arc<Tokenizer>,
+    opts: SchedulerOptions,
+    counters: Counters,
+    shed: Shed,
+    make: impl FnOnce() -> Result<(Context, R), ServeError> + Send + 'static,
+) -> Result<Handle, ServeError> {
     let queue = opts.queue.max(1);
     let (tx, rx) = mpsc::sync_channel(queue);
     let (ready_tx, ready_rx) = mpsc::channel();
     let c = counters.clone();
-    let shed = Arc::new(AtomicBool::new(false));
     let shed2 = shed.clone();
     std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
         Ok((ctx, keep)) => {
@@ -361,7 +388,7 @@ struct Scheduler {
     /// Slot of each output row of the batch.
     rows: Vec<usize>,
     sizer: ChunkSizer,
-    shed: Arc<AtomicBool>,
+    shed: Shed,
 }
 
 impl Scheduler {
@@ -371,7 +398,7 @@ impl Scheduler {
         rx: Receiver<(Job, Instant)>,
         counters: Counters,
         opts: SchedulerOptions,
-        shed: Arc<AtomicBool>,
+        shed: Shed,
     ) -> Scheduler {
         let n_seq = ctx.params.n_seq_max.max(1);
         Scheduler {
@@ -391,7 +418,7 @@ impl Scheduler {
 
     /// Drops the prefix cache if [`Handle::shed_prefix_cache`] asked for it.
     fn shed_if_asked(&mut self) {
-        if self.shed.swap(false, Ordering::Relaxed) {
+        if self.shed.take() {
             self.ctx.kv.prefix_clear();
             self.counters.prefix_sheds.inc();
             self.publish_blocks();
