@@ -1,6 +1,11 @@
 //! The router and what the OpenAI and Ollama handlers share: errors in each API's own shape,
 //! the API key check and request counting, model-name checks, sampling settings, submitting to
 //! the scheduler and relaying its events as a streamed or a collected body.
+//!
+//! Every route that takes a body starts with [`decode`]: the body's decoding and every check
+//! that needs no model (JSON shape, messages, prompt, sampling ranges, token limit), a pure
+//! function of the bytes, so the fuzz target `server_requests` runs exactly what the handlers
+//! run. What needs the model (its name, the template, the vocabulary) follows in the handler.
 
 use std::convert::Infallible;
 use std::sync::Arc;

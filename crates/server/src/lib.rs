@@ -13,6 +13,10 @@
 //! that a request is refused at once with 429 and `Retry-After`. A prompt that can never fit
 //! the context is a 400 that says how many tokens it has and how many fit.
 //!
+//! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
+//! ([`openapi`], the spec of every route, from the request structs), and Ollama's `/api/pull`,
+//! which fetches a known model into the cache without changing the served one.
+//!
 //! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
 //! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
 //! with the served model's names, never opened ([`ModelCard::matches`]). Cost of the HTTP side:
