@@ -98,6 +98,12 @@ fn model_and_prompt(cmd: &RunCmd) -> anyhow::Result<(String, Option<String>)> {
 pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let (model_name, prompt) = model_and_prompt(&cmd)?;
     let Some(prompt) = prompt else {
+        if cmd.raw {
+            anyhow::bail!(
+                "--raw continues a prompt: give one (`snug run MODEL --raw \"text\"`, \
+                 --prompt-file F, or on stdin)"
+            );
+        }
         return cmd_chat::run(ChatCmd {
             model: model_name,
             system: None,
