@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Soak test of `snug serve` in a cgroup-v1 memory limit (issue 14).
 
-Starts `snug serve MODEL` inside a fresh memory cgroup (default 6 GiB), warms it up, then runs
-CLIENTS concurrent clients for MINUTES minutes, each looping over a random mix of requests:
+Starts `snug serve MODEL` inside a fresh memory cgroup (default 6 GiB) and warms it up: distinct
+half-context prompts until the KV pool has no free block (finished requests' blocks stay in the
+prefix cache, so a full pool is the server's working size), then 30 s of the mix below. Then
+CLIENTS concurrent clients run for MINUTES minutes, each looping over a random mix of requests:
 
-  - streamed /v1/completions with prompts of 5 to ~1,500 words and 8 to 128 tokens,
+  - streamed /v1/completions with prompts of 5 words to half the context and 8 to 128 tokens,
   - non-streamed /v1/chat/completions,
   - streamed Ollama /api/generate (NDJSON),
   - a stream the client abandons after a few events (disconnect mid-stream),
@@ -21,7 +23,8 @@ Needs root and the cgroup-v1 memory controller. Sends traffic to 127.0.0.1 only,
 time; stops the server and removes the cgroup on exit.
 
 Usage: soak_serve.py [--snug target/release/snug] [--model qwen2.5-coder-1.5b] [--clients 8]
-                     [--minutes 10] [--limit 6G] [--lower-to 3G] [--parallel 8] [--ctx 2048]
+                     [--minutes 10] [--limit 6G] [--lower-to 3G] [--parallel 8] [--ctx 1024]
+                     [--warm-up 15]
 Standard library only.
 """
 
@@ -200,11 +203,26 @@ def too_long(port, rng, stats, n_ctx):
         conn.close()
 
 
-def client(port, seed, until, stats, n_ctx, warm_up=False):
+def metric(port, name):
+    """The value of one unlabelled series of the server's /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    for line in c.getresponse().read().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def fill_pool(port, seed, until, stats, n_ctx):
+    """Distinct prompts of half a context until the KV pool has no free block (finished
+    requests' blocks stay in the prefix cache), so RSS after this is the working size."""
     rng = random.Random(seed)
-    if warm_up:
-        # Every slot once at the longest prompt, so the KV pool reaches its working size.
+    while time.monotonic() < until and (metric(port, "snug_kv_blocks_free") or 0) > 0:
         sse_completion(port, rng, stats, n_ctx, longest=True)
+
+
+def client(port, seed, until, stats, n_ctx):
+    rng = random.Random(seed)
     while time.monotonic() < until:
         pick = rng.random()
         try:
@@ -231,7 +249,9 @@ def main():
     ap.add_argument("--limit", default="6G")
     ap.add_argument("--lower-to", default="3G")
     ap.add_argument("--parallel", type=int, default=8)
-    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--warm-up", type=float, default=15,
+                    help="minutes at most to fill the KV pool before the soak")
     ap.add_argument("--port", type=int, default=8097)
     a = ap.parse_args()
 
@@ -260,16 +280,23 @@ def main():
             time.sleep(1)
         n_ctx = a.ctx  # per sequence
 
-        # Warm-up: the longest request on every client at once, then the mix for 30 s.
+        # Warm-up: fill the KV pool (at most --warm-up minutes), then the mix for 30 s.
         warm = Stats()
+        t_warm = time.monotonic()
+        ts = [threading.Thread(target=fill_pool, args=(a.port, 2000 + i, t_warm + 60 * a.warm_up,
+                                                       warm, n_ctx)) for i in range(a.clients)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        free = metric(a.port, "snug_kv_blocks_free")
         ts = [threading.Thread(target=client, args=(a.port, 1000 + i, time.monotonic() + 30,
-                                                    warm, n_ctx, True)) for i in range(a.clients)]
+                                                    warm, n_ctx)) for i in range(a.clients)]
         [t.start() for t in ts]
         [t.join() for t in ts]
         time.sleep(2)
         rss_warm = rss_bytes(server.pid)
-        print(f"warm-up: {sum(warm.counts.values())} requests, RSS {rss_warm / 2**20:.0f} MiB, "
-              f"failures {len(warm.failures)}", flush=True)
+        print(f"warm-up: {sum(warm.counts.values())} requests in "
+              f"{time.monotonic() - t_warm:.0f} s, KV blocks free after filling: {free}, "
+              f"RSS {rss_warm / 2**20:.0f} MiB, failures {len(warm.failures)}", flush=True)
 
         stats = Stats()
         t0 = time.monotonic()
