@@ -255,6 +255,8 @@ def main():
     ap.add_argument("--port", type=int, default=8097)
     a = ap.parse_args()
 
+    # A SIGTERM unwinds through the `finally` below (server stopped, cgroup removed).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     cg = os.path.join(CG_ROOT, f"snug-soak-{os.getpid()}")
     os.mkdir(cg)
     cg_write(cg, "memory.limit_in_bytes", parse_bytes(a.limit))
