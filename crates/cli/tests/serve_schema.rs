@@ -1,7 +1,8 @@
 //! Schemathesis (PyPI, installed by scripts/test.sh) against `snug serve`'s own
 //! `/openapi.json`, over loopback on gemma3-270m: requests generated from the spec, valid and
-//! invalid, to every route; no response may be a 5xx, and every response must match the spec
-//! (documented status, content type, headers, body schema).
+//! invalid, to every route; no response may be a 5xx, every response must match the spec
+//! (documented status, content type, headers, body schema), a body that breaks the schema must
+//! be refused (4xx), and a method a route does not take must be a 405.
 //!
 //! Bounded: 20 examples per route plus schemathesis' coverage phase (boundary values), a
 //! context of 64 positions (so no answer runs long, whatever token limit a request names) and
@@ -27,7 +28,7 @@ fn every_response_matches_the_openapi_spec_and_none_is_a_5xx() {
     let report = std::env::temp_dir().join(format!("snug-schemathesis-{}", std::process::id()));
     let out = Command::new("python3")
         .args(["-m", "schemathesis.cli", "run", &format!("{}/openapi.json", server.url())])
-        .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance"])
+        .args(["--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,unsupported_method,missing_required_header"])
         .args(["--max-examples", "20", "--seed", "1", "--generation-database", "none"])
         .args(["--request-timeout", "30", "--no-color", "--report-dir"])
         .arg(&report)

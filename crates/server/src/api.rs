@@ -287,8 +287,9 @@ async fn metrics(State(st): Shared) -> Response {
     ([(header::CONTENT_TYPE, ct)], st.metrics.render()).into_response()
 }
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], crate::openapi::document()).into_response()
+async fn openapi(State(st): Shared) -> Response {
+    let doc = crate::openapi::document(st.api_key.is_some());
+    ([(header::CONTENT_TYPE, "application/json")], doc).into_response()
 }
 
 impl AppState {

@@ -5,8 +5,9 @@
 //! ranges, so the spec follows the code; the paths table and the response shapes are written
 //! here, next to nothing else, and the schemathesis test (`crates/cli/tests/serve_schema.rs`)
 //! checks every response the server gives against them. Error bodies take the shape of the
-//! route's API ([`Style::of_path`]). Cost: the document is built once, on the first request
-//! for it (~20 KB).
+//! route's API ([`Style::of_path`]). Bearer authentication is declared only when the server
+//! was started with an API key (without one, no request needs the header, and the spec says
+//! so). Cost: the document is built once, on the first request for it (~20 KB).
 
 use std::sync::OnceLock;
 
@@ -17,10 +18,10 @@ use serde_json::{json, Map, Value};
 use crate::api::{BodyRoute, Style};
 use crate::{ollama, openai};
 
-/// The document, built on first use.
-pub fn document() -> &'static str {
-    static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| build().to_string())
+/// The document of a server that requires an API key (`auth`) or not, built on first use.
+pub fn document(auth: bool) -> &'static str {
+    static DOCS: [OnceLock<String>; 2] = [OnceLock::new(), OnceLock::new()];
+    DOCS[auth as usize].get_or_init(|| build(auth).to_string())
 }
 
 /// A route: method, path, what it does, its request body, its success responses and the error
@@ -159,14 +160,14 @@ fn error_response(style: Style, status: u16) -> Value {
     r
 }
 
-fn build() -> Value {
+fn build(auth: bool) -> Value {
     let mut g = SchemaSettings::openapi3().into_generator();
     let mut paths = Map::new();
     for r in routes(&mut g) {
         let style = Style::of_path(r.path);
         let mut responses = r.ok.as_object().cloned().unwrap_or_default();
-        let auth: &[u16] = if r.path == "/health" { &[] } else { &[401] };
-        for &status in r.errors.iter().chain(auth) {
+        let unauthorized: &[u16] = if auth && r.path != "/health" { &[401] } else { &[] };
+        for &status in r.errors.iter().chain(unauthorized) {
             responses.insert(status.to_string(), error_response(style, status));
         }
         let mut op = json!({
@@ -177,7 +178,7 @@ fn build() -> Value {
         if let Some(b) = r.body {
             op["requestBody"] = b;
         }
-        if r.path == "/health" {
+        if auth && r.path == "/health" {
             op["security"] = json!([]);
         }
         let entry = paths.entry(r.path).or_insert_with(|| json!({}));
@@ -185,20 +186,22 @@ fn build() -> Value {
     }
     let mut schemas = g.take_definitions(true);
     schemas.extend(response_schemas());
-    json!({
+    let mut doc = json!({
         "openapi": "3.0.3",
         "info": {
             "title": "snug serve",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "OpenAI- and Ollama-compatible APIs of snug, a CPU runtime for GGUF models. With --api-key, every route but /health requires `Authorization: Bearer <key>`.",
+            "description": "OpenAI- and Ollama-compatible APIs of snug, a CPU runtime for GGUF models.",
         },
         "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
-    })
+        "components": {"schemas": schemas},
+    });
+    if auth {
+        doc["components"]["securitySchemes"] =
+            json!({"bearer": {"type": "http", "scheme": "bearer"}});
+        doc["security"] = json!([{"bearer": []}]);
+    }
+    doc
 }
 
 /// The answers' shapes (the handlers build them with `json!`).
@@ -338,7 +341,7 @@ mod tests {
     use super::*;
 
     fn doc() -> Value {
-        serde_json::from_str(document()).expect("the document is JSON")
+        serde_json::from_str(document(true)).expect("the document is JSON")
     }
 
     /// Every `$ref` in `v`.
@@ -395,5 +398,17 @@ mod tests {
         assert_eq!(err("/api/chat", "404"), "#/components/schemas/OllamaError");
         assert!(d["paths"]["/health"]["get"]["responses"]["401"].is_null());
         assert!(d["paths"]["/metrics"]["get"]["responses"]["401"].is_object());
+    }
+
+    /// Schemathesis found it: a server without an API key documented bearer authentication as
+    /// required, and then accepted every request without the header.
+    #[test]
+    fn authentication_is_documented_only_when_a_key_is_required() {
+        let open: Value = serde_json::from_str(document(false)).expect("JSON");
+        assert!(open["security"].is_null() && open["components"]["securitySchemes"].is_null());
+        assert!(open["paths"]["/metrics"]["get"]["responses"]["401"].is_null());
+        let keyed = doc();
+        assert_eq!(keyed["security"], json!([{"bearer": []}]));
+        assert_eq!(keyed["paths"]["/health"]["get"]["security"], json!([]));
     }
 }
