@@ -8,7 +8,7 @@ use clap::Args;
 use model::{Context, ContextParams};
 use serde_json::json;
 
-use crate::common::{default_threads, load};
+use crate::common::{default_threads, load, LoraArgs};
 
 #[derive(Args, Debug)]
 pub struct EvalCmd {
@@ -34,6 +34,8 @@ pub struct EvalCmd {
     pub json: bool,
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
@@ -66,6 +68,7 @@ pub fn run(cmd: EvalCmd) -> anyhow::Result<()> {
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(&model), params);
+    cmd.lora.apply(&mut ctx)?;
     let r = engine::evaluate(
         &mut ctx,
         0,
