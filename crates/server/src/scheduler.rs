@@ -1,10 +1,10 @@
 //! The continuous-batching scheduler: one thread owns the [`Context`] and runs every admitted
 //! request in it at once.
 //!
-//! Requests ([`Job`]s) arrive on a bounded channel: its capacity is the wait queue, and a full
-//! queue refuses at once ([`Refused::Busy`], the HTTP layer's 429) instead of queueing without
-//! end. The thread takes a job from the channel only when one of the `n_seq` slots (KV sequences)
-//! is free. Each step builds ONE [`Batch`]: every decoding sequence's last token, then prefill
+//! Requests ([`Job`]s) arrive on a channel; a count of the jobs waiting or running bounds it to
+//! the `n_seq` slots (KV sequences) plus the wait queue, and past that a request is refused at
+//! once ([`Refused::Busy`], the HTTP layer's 429) instead of queueing without end. The thread
+//! takes a job from the channel between steps, when one of the slots is free. Each step builds ONE [`Batch`]: every decoding sequence's last token, then prefill
 //! chunks of the prompts still being read, oldest first. While sequences decode, the prefill
 //! chunk is sized from measured step times so that a step with prefill costs about twice a
 //! decode-only step ([`ChunkSizer`]): a long prompt arriving slows running streams by at most
@@ -38,8 +38,8 @@
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,7 +161,9 @@ impl Default for Counters {
 /// The submitting side, shared by the HTTP handlers.
 #[derive(Clone)]
 pub struct Handle {
-    tx: SyncSender<(Job, Instant)>,
+    tx: Sender<(Job, Instant)>,
+    /// Jobs submitted and not yet finished (waiting or running), shared with the scheduler.
+    outstanding: Arc<AtomicUsize>,
     pub counters: Counters,
     pub n_seq: usize,
     pub queue: usize,
@@ -203,13 +205,17 @@ impl Handle {
         if job.prompt.len() > max {
             return Err(Refused::TooLong { n_prompt: job.prompt.len(), n_ctx: self.n_ctx, max });
         }
+        // Admission counts jobs, not channel slots: the scheduler takes jobs only between
+        // steps, so two arriving during one step must not be refused while slots are free.
+        if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.n_seq + self.queue {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Busy { slots: self.n_seq, queue: self.queue });
+        }
         self.counters.queued.inc();
-        self.tx.try_send((job, Instant::now())).map_err(|e| {
+        self.tx.send((job, Instant::now())).map_err(|_| {
             self.counters.queued.dec();
-            match e {
-                TrySendError::Full(_) => Refused::Busy { slots: self.n_seq, queue: self.queue },
-                TrySendError::Disconnected(_) => Refused::Down,
-            }
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            Refused::Down
         })
     }
 
@@ -275,14 +281,17 @@ pub fn spawn_with_shed<R: 'static>(
     make: impl FnOnce() -> Result<(Context, R), ServeError> + Send + 'static,
 ) -> Result<Handle, ServeError> {
     let queue = opts.queue.max(1);
-    let (tx, rx) = mpsc::sync_channel(queue);
+    // Unbounded: `outstanding` bounds it to the slots plus the queue.
+    let (tx, rx) = mpsc::channel();
+    let outstanding = Arc::new(AtomicUsize::new(0));
+    let outstanding2 = outstanding.clone();
     let (ready_tx, ready_rx) = mpsc::channel();
     let c = counters.clone();
     let shed2 = shed.clone();
     std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
         Ok((ctx, keep)) => {
             let sizes = (ctx.params.n_seq_max, ctx.params.n_ctx);
-            let sched = Scheduler::new(ctx, tok, rx, c, opts, shed2);
+            let sched = Scheduler::new(ctx, tok, rx, outstanding2, c, opts, shed2);
             let b = sched.publish_blocks();
             let _ = ready_tx.send(Ok((sizes.0, sizes.1, b.used + b.free + b.cached)));
             sched.run();
@@ -293,7 +302,7 @@ pub fn spawn_with_shed<R: 'static>(
         }
     })?;
     let (n_seq, n_ctx, kv_blocks) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
-    Ok(Handle { tx, counters, n_seq, queue, n_ctx, kv_blocks, shed })
+    Ok(Handle { tx, outstanding, counters, n_seq, queue, n_ctx, kv_blocks, shed })
 }
 
 /// One running request in a slot.
@@ -379,6 +388,8 @@ struct Scheduler {
     ctx: Context,
     tok: Arc<Tokenizer>,
     rx: Receiver<(Job, Instant)>,
+    /// [`Handle`]'s count of jobs waiting or running: decremented as each one leaves.
+    outstanding: Arc<AtomicUsize>,
     counters: Counters,
     opts: SchedulerOptions,
     slots: Vec<Option<Seq>>,
@@ -396,6 +407,7 @@ impl Scheduler {
         ctx: Context,
         tok: Arc<Tokenizer>,
         rx: Receiver<(Job, Instant)>,
+        outstanding: Arc<AtomicUsize>,
         counters: Counters,
         opts: SchedulerOptions,
         shed: Shed,
@@ -405,6 +417,7 @@ impl Scheduler {
             ctx,
             tok,
             rx,
+            outstanding,
             counters,
             opts,
             slots: (0..n_seq).map(|_| None).collect(),
@@ -467,6 +480,7 @@ impl Scheduler {
             self.counters.queued.dec();
             let (job, submitted) = next;
             if job.events.is_closed() {
+                self.outstanding.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
             let n_vocab = self.ctx.config().n_vocab;
@@ -517,6 +531,7 @@ impl Scheduler {
         self.ctx.kv.seq_clear(slot);
         self.order.retain(|&s| s != slot);
         self.counters.running.dec();
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
         self.publish_blocks();
         Some(q)
     }
