@@ -17,7 +17,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use engine::SamplerParams;
 use schemars::JsonSchema;
@@ -25,8 +25,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::scheduler::{Event, Finish, Refused};
-use crate::{ollama, openai, AppState};
+use crate::adapters::{AdapterSet, LoraScale};
+use crate::scheduler::{Event, Finish, Refused, Request as Job};
+use crate::{adapters, ollama, openai, AppState};
 
 pub type Shared = State<Arc<AppState>>;
 
@@ -44,6 +45,9 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/pull", post(ollama::pull))
+        .route("/v1/adapters", get(adapters::list).post(adapters::add))
+        .route("/v1/adapters/{name}", delete(adapters::remove))
+        .route("/lora-adapters", get(adapters::lora_list).post(adapters::lora_set))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
@@ -101,7 +105,7 @@ impl ApiError {
         ApiError::new(style, StatusCode::BAD_REQUEST, message)
     }
 
-    fn with_code(mut self, code: &'static str) -> ApiError {
+    pub(crate) fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);
         self
     }
@@ -293,21 +297,52 @@ async fn openapi(State(st): Shared) -> Response {
 }
 
 impl AppState {
-    /// `Ok` if `asked` (absent or empty: the served model) names the served model, else a 404
-    /// in the API's shape that names the model served.
-    pub fn check_model(&self, style: Style, asked: Option<&str>) -> Result<(), ApiError> {
-        match asked {
-            Some(a) if !a.is_empty() && !self.card.matches(a) => Err(ApiError::new(
-                style,
-                StatusCode::NOT_FOUND,
-                format!(
-                    "model {a:?} is not served here; this server serves {:?} (see /v1/models or /api/tags)",
-                    self.card.name
-                ),
-            )
-            .with_code("model_not_found")),
-            _ => Ok(()),
+    /// The adapter `asked` names, if any: `Ok(None)` if it (absent or empty: the served model)
+    /// names the served model, `Ok(Some(adapter))` for `BASE:ADAPTER`, else a 404 in the API's
+    /// shape that names the model served. The adapter's name is checked only against the
+    /// registered ones, later ([`adapters::Adapters::select`]).
+    pub fn check_model(
+        &self,
+        style: Style,
+        asked: Option<&str>,
+    ) -> Result<Option<String>, ApiError> {
+        let a = match asked {
+            Some(a) if !a.is_empty() && !self.card.matches(a) => a,
+            _ => return Ok(None),
+        };
+        // `BASE:ADAPTER`, where BASE (which may hold a colon itself) names the served model.
+        let split = a.match_indices(':').map(|(i, _)| i).find(|&i| self.card.matches(&a[..i]));
+        if let Some(i) = split {
+            let adapter = &a[i + 1..];
+            if !adapter.is_empty() {
+                return Ok(Some(adapter.to_string()));
+            }
         }
+        Err(ApiError::new(
+            style,
+            StatusCode::NOT_FOUND,
+            format!(
+                "model {a:?} is not served here; this server serves {:?} and its adapters as {:?}:ADAPTER (see /v1/models or /api/tags)",
+                self.card.name, self.card.name
+            ),
+        )
+        .with_code("model_not_found"))
+    }
+
+    /// The adapters a generation request runs with (its `model` and `lora` fields), leased:
+    /// a 404 for a model or adapter not served here, a 400 for a malformed `lora` list.
+    pub async fn adapter_set(
+        &self,
+        style: Style,
+        model: Option<&str>,
+        lora: Option<&[LoraScale]>,
+    ) -> Result<AdapterSet, ApiError> {
+        let named = self.check_model(style, model)?;
+        let set = self.adapters.select(style, named.as_deref(), lora)?;
+        for (name, _) in &set {
+            self.metrics.adapter_request(name);
+        }
+        self.adapters.lease(style, set).await
     }
 
     /// The prompt of a chat: the model's template over `messages` (at least one), tokenized.
@@ -325,20 +360,24 @@ impl AppState {
         Ok(self.tok.encode(&text, true, true))
     }
 
-    /// Queues a generation of at most `max_tokens` (default: until the context is full; a
-    /// [`Settings`] never holds 0).
+    /// Queues a generation of `prompt` with `s` (at most `s.max_tokens`, default: until the
+    /// context is full; a [`Settings`] never holds 0) on `adapters`; with `logprobs`, each
+    /// token's log-probability and that many alternatives on the second receiver.
     pub fn submit(
         &self,
         style: Style,
         prompt: Vec<u32>,
-        sampling: SamplerParams,
-        max_tokens: Option<usize>,
-        stop: Vec<String>,
-    ) -> Result<UnboundedReceiver<Event>, ApiError> {
-        let max_tokens = max_tokens.unwrap_or(self.engine.n_ctx);
-        self.engine
-            .start(prompt, sampling, max_tokens, stop)
-            .map_err(|r| ApiError::refused(style, r))
+        s: Settings,
+        adapters: AdapterSet,
+        logprobs: Option<usize>,
+    ) -> Result<
+        (UnboundedReceiver<Event>, Option<UnboundedReceiver<crate::logprobs::TokenLogprob>>),
+        ApiError,
+    > {
+        let max_tokens = s.max_tokens.unwrap_or(self.engine.n_ctx);
+        let (sampling, stop) = (s.sampling, s.stop);
+        let job = Job { prompt, sampling, max_tokens, stop, logprobs, adapters };
+        self.engine.request(job).map_err(|r| ApiError::refused(style, r))
     }
 }
 

@@ -22,6 +22,7 @@
 //! with the served model's names, never opened ([`ModelCard::matches`]). Cost of the HTTP side:
 //! a template render and a tokenization per request, a small JSON encode per text piece.
 
+pub mod adapters;
 pub mod api;
 pub mod logprobs;
 pub mod metrics;
@@ -57,6 +58,13 @@ pub struct ServeOptions {
     pub name: String,
     /// The memory budget the plan was made in, in bytes (shown beside the RSS in /metrics).
     pub budget: u64,
+    /// `--lora-dir`: every `*.gguf` adapter there is served by its stem, and adapters may be
+    /// added from it over HTTP.
+    pub lora_dir: Option<PathBuf>,
+    /// `--lora FILE[:SCALE]`: served by their stems, applied by default.
+    pub loras: Vec<(PathBuf, f32)>,
+    /// Bytes the adapter store may keep hot (the plan's adapter share).
+    pub adapter_budget: usize,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -87,6 +95,58 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("the scheduler thread ended before its context was ready")]
     SchedulerDied,
+    #[error("{0}")]
+    Adapter(String),
+}
+
+/// The adapter store for `model` with `opts`' adapters registered: every `*.gguf` of
+/// `--lora-dir` (a file that is not a usable adapter is skipped with a warning on stderr) and
+/// each `--lora` file (an error if it does not load or its stem names another file), the
+/// latter with their default scales.
+pub fn open_adapters(model: &Model, opts: &ServeOptions) -> Result<adapters::Adapters, ServeError> {
+    let store = Arc::new(model::lora::AdapterStore::new(&model.config, opts.adapter_budget));
+    let stem =
+        |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(dir) = &opts.lora_dir {
+        let files = adapters::dir_files(dir).map_err(|e| {
+            ServeError::Adapter(format!("cannot read --lora-dir {}: {e}", dir.display()))
+        })?;
+        for (name, f) in files {
+            let ok = adapters::check_name(&name)
+                .and_then(|()| store.register(&name, &f).map(drop).map_err(|e| e.to_string()));
+            if let Err(e) = ok {
+                eprintln!("snug: skipping adapter {}: {e}", f.display());
+            }
+        }
+    }
+    let mut defaults = Vec::new();
+    for (path, scale) in &opts.loras {
+        let name = stem(path);
+        let real = path
+            .canonicalize()
+            .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+        let known = store.list().into_iter().find(|a| a.name == name);
+        match known {
+            Some(a) if a.path.canonicalize().ok().as_ref() == Some(&real) => {}
+            Some(a) => {
+                return Err(ServeError::Adapter(format!(
+                    "--lora {} and {} are both named {name:?}: rename one",
+                    path.display(),
+                    a.path.display()
+                )))
+            }
+            None => {
+                adapters::check_name(&name)
+                    .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+                store
+                    .register(&name, &real)
+                    .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+            }
+        }
+        defaults.push((name, *scale));
+    }
+    adapters::Adapters::new(store, opts.lora_dir.as_deref(), &defaults, &opts.name)
+        .map_err(|e| ServeError::Adapter(format!("cannot open --lora-dir: {e}")))
 }
 
 /// What the APIs tell about the served model.
@@ -172,6 +232,7 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     pub api_key: Option<String>,
     pub started: Instant,
+    pub adapters: Arc<adapters::Adapters>,
 }
 
 /// Seconds since the epoch.
@@ -193,10 +254,11 @@ pub fn serve<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
     let card = ModelCard::new(&opts.name, path, &model);
+    let adapters = Arc::new(open_adapters(&model, &opts)?);
     let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
-    let metrics = metrics::Metrics::new(&counters, opts.budget);
+    let metrics = metrics::Metrics::new(&counters, opts.budget, adapters.store.clone());
     let shed = scheduler::Shed::default();
     let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
     let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
@@ -212,6 +274,7 @@ pub fn serve<R: 'static>(
         metrics,
         api_key: opts.api_key.clone(),
         started: Instant::now(),
+        adapters,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -221,8 +284,12 @@ pub fn serve<R: 'static>(
             .map_err(|reason| ServeError::Bind { addr: addr.clone(), reason })?;
         let local: SocketAddr = listener.local_addr()?;
         eprintln!(
-            "snug: serving {} on http://{local} — {} parallel sequences, context {} each, queue {}",
-            state.card.name, state.engine.n_seq, state.engine.n_ctx, state.engine.queue
+            "snug: serving {} on http://{local} — {} parallel sequences, context {} each, queue {}, {} adapters",
+            state.card.name,
+            state.engine.n_seq,
+            state.engine.n_ctx,
+            state.engine.queue,
+            state.adapters.list().len()
         );
         let app = api::router(state, opts.max_body);
         axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;

@@ -2,8 +2,14 @@
 //! status; the scheduler's queue depth, running sequences, prompt and generated token totals,
 //! time to first token and inter-token latency, KV blocks used / free / held by the prefix
 //! cache, prefix-cache hit tokens and sheds; the process's resident set against the memory
-//! budget the plan was made in, and the memory governor's reactions to pressure. Cost: an atomic
-//! add per request and per token; a scrape reads `/proc/self/status` once and encodes a few
+//! budget the plan was made in, and the memory governor's reactions to pressure. LoRA adapters
+//! (from [`AdapterStore::stats`] at each scrape): the page pool's utilisation and pages by
+//! content (KV, of which prefix cache, adapters, free), pages evicted by content, allocations by
+//! latency bucket (`le_ns`, not cumulative; the pool keeps counts, not a latency sum, so this is
+//! a counter family rather than a Prometheus histogram), adapters by tier, `acquire`s by the
+//! tier they found the adapter in, promotions, demotions and adapter evictions, and generation
+//! requests by adapter name. Cost: an atomic add per request and per token; a scrape reads
+//! `/proc/self/status` once, takes the store's stats (a lock per adapter) and encodes a few
 //! dozen lines.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -12,7 +18,122 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use std::sync::Arc;
+
 use crate::scheduler::Counters;
+use model::kv::pool::ALLOC_LATENCY_BUCKETS_NS;
+use model::lora::{AdapterStore, StoreStats};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdapterLabels {
+    pub adapter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContentLabels {
+    pub content: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub tier: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    /// The bucket's upper bound in nanoseconds (`+Inf` for the last).
+    pub le_ns: String,
+}
+
+/// The adapter store's numbers, refreshed from [`AdapterStore::stats`] at each scrape.
+#[derive(Default)]
+struct StoreMetrics {
+    utilisation: Gauge<f64, std::sync::atomic::AtomicU64>,
+    capacity: Gauge,
+    pages: Family<ContentLabels, Gauge>,
+    evicted_pages: Family<ContentLabels, Counter>,
+    alloc_latency: Family<LatencyLabels, Counter>,
+    adapters: Family<TierLabels, Gauge>,
+    hits: Family<TierLabels, Counter>,
+    promotions: Counter,
+    demotions: Counter,
+    evictions: Counter,
+}
+
+impl StoreMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "pool_utilisation",
+            "Fraction of the page pool in use (KV and adapters)",
+            self.utilisation.clone(),
+        );
+        r.register("pool_capacity_pages", "Pages in the pool", self.capacity.clone());
+        r.register(
+            "pool_pages",
+            "Pool pages by content (kv includes prefix_cache)",
+            self.pages.clone(),
+        );
+        r.register(
+            "pool_evicted_pages",
+            "Pool pages freed by eviction, by content",
+            self.evicted_pages.clone(),
+        );
+        r.register(
+            "pool_allocations_by_latency",
+            "Page allocations by latency bucket (le_ns: upper bound in ns; not cumulative)",
+            self.alloc_latency.clone(),
+        );
+        r.register("adapters", "Registered LoRA adapters by tier", self.adapters.clone());
+        r.register(
+            "adapter_acquires_by_tier",
+            "Adapter requests by the tier the adapter was found in",
+            self.hits.clone(),
+        );
+        r.register("adapter_promotions", "Adapter tier steps up (to hot)", self.promotions.clone());
+        r.register("adapter_demotions", "Adapter tier steps down", self.demotions.clone());
+        r.register(
+            "adapter_evictions",
+            "Adapters dropped from the pool to make room",
+            self.evictions.clone(),
+        );
+    }
+
+    fn refresh(&self, s: &StoreStats) {
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let set = |c: &Counter, v: u64| c.inner().store(v, std::sync::atomic::Ordering::Relaxed);
+        let p = &s.pool;
+        let used = p.kv + p.adapter;
+        self.utilisation.set(if p.capacity == 0 { 0.0 } else { used as f64 / p.capacity as f64 });
+        self.capacity.set(g(p.capacity));
+        let free = p.capacity.saturating_sub(used);
+        for (content, n) in [
+            ("kv", p.kv),
+            ("prefix_cache", p.prefix_cached),
+            ("adapter", p.adapter),
+            ("free", free),
+        ] {
+            self.pages.get_or_create(&ContentLabels { content }).set(g(n));
+        }
+        for (content, n) in [("kv", p.evictions[0]), ("adapter", p.evictions[1])] {
+            set(&self.evicted_pages.get_or_create(&ContentLabels { content }), n);
+        }
+        for (i, &n) in p.alloc_latency.iter().enumerate() {
+            let le_ns = ALLOC_LATENCY_BUCKETS_NS.get(i).map_or("+Inf".to_string(), u64::to_string);
+            set(&self.alloc_latency.get_or_create(&LatencyLabels { le_ns }), n);
+        }
+        for (tier, n, hits) in [
+            ("hot", s.hot, s.hits_hot),
+            ("warm", s.warm, s.hits_warm),
+            ("cold", s.cold, s.hits_cold),
+        ] {
+            self.adapters.get_or_create(&TierLabels { tier }).set(g(n));
+            set(&self.hits.get_or_create(&TierLabels { tier }), hits);
+        }
+        set(&self.promotions, s.promotions);
+        set(&self.demotions, s.demotions);
+        set(&self.evictions, s.evictions);
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
@@ -28,18 +149,23 @@ pub struct Metrics {
     rss: Gauge,
     /// Reactions of the memory governor (layers demoted or pinned again, page cache dropped).
     pub pressure_events: Counter,
+    /// Generation requests by adapter name.
+    adapter_requests: Family<AdapterLabels, Counter>,
+    store: Arc<AdapterStore>,
+    store_metrics: StoreMetrics,
 }
 
 impl Metrics {
     /// A registry over the scheduler's `counters`, the HTTP request counts and the process's
     /// memory against `budget` bytes (the plan's budget; 0 if unknown).
-    pub fn new(counters: &Counters, budget: u64) -> Metrics {
+    pub fn new(counters: &Counters, budget: u64, store: Arc<AdapterStore>) -> Metrics {
         let mut registry = Registry::with_prefix("snug");
         let requests = Family::<RouteLabels, Counter>::default();
         let rss = Gauge::default();
         let budget_gauge: Gauge = Gauge::default();
         budget_gauge.set(budget.min(i64::MAX as u64) as i64);
         let pressure_events = Counter::default();
+        let adapter_requests = Family::<AdapterLabels, Counter>::default();
         macro_rules! register {
             ($($name:literal: $help:literal => $metric:expr),* $(,)?) => {
                 $(registry.register($name, $help, $metric.clone());)*
@@ -68,8 +194,16 @@ impl Metrics {
                 => budget_gauge,
             "memory_pressure_events": "Reactions of the memory governor to the budget"
                 => pressure_events,
+            "adapter_requests_by_name": "Generation requests by LoRA adapter" => adapter_requests,
         }
-        Metrics { registry, requests, rss, pressure_events }
+        let store_metrics = StoreMetrics::default();
+        store_metrics.register(&mut registry);
+        Metrics { registry, requests, rss, pressure_events, adapter_requests, store, store_metrics }
+    }
+
+    /// Counts a generation request on adapter `name`.
+    pub fn adapter_request(&self, name: &str) {
+        self.adapter_requests.get_or_create(&AdapterLabels { adapter: name.to_string() }).inc();
     }
 
     pub fn record(&self, route: &str, status: u16) {
@@ -81,6 +215,7 @@ impl Metrics {
         if let Some(rss) = memory::probe::self_rss() {
             self.rss.set(rss.min(i64::MAX as u64) as i64);
         }
+        self.store_metrics.refresh(&self.store.stats());
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

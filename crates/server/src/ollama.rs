@@ -261,11 +261,13 @@ fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
 async fn respond(
     st: &AppState,
     kind: Kind,
+    asked: Option<&str>,
     prompt: Vec<u32>,
     s: Settings,
     stream: bool,
 ) -> Result<Response, ApiError> {
-    let rx = st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)?;
+    let adapters = st.adapter_set(S, asked, None).await?;
+    let (rx, _) = st.submit(S, prompt, s, adapters, None)?;
     let model = st.card.name.clone();
     if stream {
         let body = event_body(rx, move |ev| {
@@ -293,7 +295,7 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
         let req = Chat::decode(&body_bytes(S, body)?)?;
         st.check_model(S, req.model.as_deref())?;
         let prompt = st.chat_prompt(S, &req.messages)?;
-        respond(&st, Kind::Chat, prompt, req.settings, req.stream).await
+        respond(&st, Kind::Chat, req.model.as_deref(), prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -301,8 +303,9 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
 pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Generate::decode(&body_bytes(S, body)?)?;
-        st.check_model(S, req.model.as_deref())?;
+        let named = st.check_model(S, req.model.as_deref())?;
         if req.prompt.is_empty() {
+            st.adapters.select(S, named.as_deref(), None)?;
             // Ollama's way to load a model: it is loaded.
             let mut v = record(Kind::Generate, &st.card.name, "", true);
             v["done_reason"] = json!("load");
@@ -316,7 +319,7 @@ pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
             messages.push(ChatMessage::new("user", req.prompt.clone()));
             st.chat_prompt(S, &messages)?
         };
-        respond(&st, Kind::Generate, prompt, req.settings, req.stream).await
+        respond(&st, Kind::Generate, req.model.as_deref(), prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -344,16 +347,31 @@ fn modified_at(st: &AppState) -> String {
     rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(st.card.modified))
 }
 
+/// The served model, then each registered adapter as `BASE:ADAPTER` (its size is the
+/// adapter's converted size; `details.parent_model` names the base).
 pub async fn tags(State(st): Shared) -> Response {
-    axum::Json(json!({"models": [{
+    let mut models = vec![json!({
         "name": st.card.name,
         "model": st.card.name,
         "modified_at": modified_at(&st),
         "size": st.card.size,
         "digest": st.card.digest,
         "details": details(&st),
-    }]}))
-    .into_response()
+    })];
+    for a in st.adapters.list() {
+        let name = st.adapters.model_name(&a.name);
+        let mut d = details(&st);
+        d["parent_model"] = json!(st.card.name);
+        models.push(json!({
+            "name": name,
+            "model": name,
+            "modified_at": modified_at(&st),
+            "size": a.bytes_hot,
+            "digest": format!("{}-{}", st.card.digest, a.name),
+            "details": d,
+        }));
+    }
+    axum::Json(json!({ "models": models })).into_response()
 }
 
 pub async fn ps(State(st): Shared) -> Response {

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
+use crate::adapters::{AdapterSet, LoraScale};
 use crate::api::{
     body_bytes, collect, event_body, from_json, some_messages, streamed, ApiError, Knobs, Settings,
     Shared, Stop, Style,
@@ -62,6 +63,9 @@ pub struct Common {
     /// Choices per request: only 1.
     #[schemars(range(min = 1, max = 1))]
     n: Option<u32>,
+    /// LoRA adapters by id (`GET /lora-adapters`) and scale, llama-server's field: only these
+    /// apply.
+    pub lora: Option<Vec<LoraScale>>,
 }
 
 /// A chat message as the schema describes it (the handler reads it from JSON by hand, to say
@@ -225,6 +229,9 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
         frequency_penalty: c.frequency_penalty,
         ..Default::default()
     };
+    if let Some(l) = &c.lora {
+        crate::adapters::check_lora(S, l)?;
+    }
     let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
     Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))
 }
@@ -294,23 +301,19 @@ fn message(v: Value) -> Result<ChatMessage, ApiError> {
     Ok(ChatMessage { role, content, extra: m })
 }
 
-/// Queues the prompt with the request's settings; with `logprobs`, their rendering too.
+/// Queues the prompt with the request's settings on `adapters`; with `logprobs`, their
+/// rendering too.
 fn start(
     st: &crate::AppState,
     kind: Kind,
     s: Settings,
     prompt: Vec<u32>,
+    adapters: AdapterSet,
     logprobs: Option<usize>,
 ) -> Result<(tokio::sync::mpsc::UnboundedReceiver<Event>, Option<Rendering>), ApiError> {
-    let Some(top) = logprobs else {
-        return Ok((st.submit(S, prompt, s.sampling, s.max_tokens, s.stop)?, None));
-    };
-    let max_tokens = s.max_tokens.unwrap_or(st.engine.n_ctx);
-    let (rx, lp) = st
-        .engine
-        .start_with_logprobs(prompt, s.sampling, max_tokens, s.stop, top)
-        .map_err(|r| ApiError::refused(S, r))?;
-    Ok((rx, Some(Rendering::new(lp, st.tok.clone(), matches!(kind, Kind::Chat)))))
+    let (rx, lp) = st.submit(S, prompt, s, adapters, logprobs)?;
+    let chat = matches!(kind, Kind::Chat);
+    Ok((rx, lp.map(|lp| Rendering::new(lp, st.tok.clone(), chat))))
 }
 
 /// Which route: the object names and how a piece of text sits in a choice.
@@ -366,7 +369,8 @@ async fn respond(
     prompt: Vec<u32>,
     logprobs: Option<usize>,
 ) -> Result<Response, ApiError> {
-    let (rx, mut lp) = start(st, kind, settings, prompt, logprobs)?;
+    let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
+    let (rx, mut lp) = start(st, kind, settings, prompt, adapters, logprobs)?;
     let (id, created, model) = (next_id(kind.id_prefix()), unix_now(), st.card.name.clone());
     let frame = move |choices: Value, usage: Option<Value>| {
         let mut v = json!({
@@ -426,7 +430,6 @@ async fn respond(
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Chat::decode(&body_bytes(S, body)?)?;
-        st.check_model(S, req.common.model.as_deref())?;
         let prompt = st.chat_prompt(S, &req.messages)?;
         respond(&st, Kind::Chat, &req.common, req.settings, prompt, req.logprobs).await
     };
@@ -436,7 +439,6 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
 pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Completion::decode(&body_bytes(S, body)?)?;
-        st.check_model(S, req.common.model.as_deref())?;
         let prompt = match &req.prompt {
             Prompt::Text(s) => st.tok.encode(s, true, true),
             Prompt::Ids(ids) => {
@@ -457,15 +459,14 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The served model, then each registered adapter as `BASE:ADAPTER` (with `parent`: the base).
 pub async fn models(State(st): Shared) -> Response {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.card.name,
-            "object": "model",
-            "created": st.card.modified,
-            "owned_by": "snug",
-        }],
-    }))
-    .into_response()
+    let row = |id: String| json!({"id": id, "object": "model", "created": st.card.modified, "owned_by": "snug"});
+    let mut data = vec![row(st.card.name.clone())];
+    for a in st.adapters.list() {
+        let mut r = row(st.adapters.model_name(&a.name));
+        r["parent"] = json!(st.card.name);
+        data.push(r);
+    }
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }

@@ -16,7 +16,7 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use crate::api::{BodyRoute, Style};
-use crate::{ollama, openai};
+use crate::{adapters, ollama, openai};
 
 /// The document of a server that requires an API key (`auth`) or not, built on first use.
 pub fn document(auth: bool) -> &'static str {
@@ -133,6 +133,32 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
         get("/health", "Liveness: answers once the model is loaded (no API key needed)", ok("Alive", json_content(schema_ref("Health")))),
         get("/metrics", "Prometheus metrics (OpenMetrics text)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
         get("/openapi.json", "This document", ok("OpenAPI 3.0", json_content(json!({"type": "object"})))),
+        get("/v1/adapters", "The registered LoRA adapters (request one with `model: BASE:NAME`)", ok("Adapters", json_content(schema_ref("AdapterList")))),
+        Route {
+            method: "post",
+            path: "/v1/adapters",
+            summary: "Register an adapter file of the server's --lora-dir (a file name, not a path)",
+            body: Some(json_body(schema_of::<adapters::AddRequest>(g))),
+            ok: json!({"201": {"description": "Registered (cold: loaded on first use)", "content": json_content(schema_ref("Adapter"))}}),
+            errors: &[400, 404, 409, 413],
+        },
+        Route {
+            method: "delete",
+            path: "/v1/adapters/{name}",
+            summary: "Unregister an adapter (requests running on it finish on it)",
+            body: None,
+            ok: json!({"204": {"description": "Unregistered"}}),
+            errors: &[404],
+        },
+        get("/lora-adapters", "llama-server's adapter list: ids for a request's `lora` field, default scales", ok("Adapters", json_content(json!({"type": "array", "items": schema_ref("LoraAdapter")})))),
+        Route {
+            method: "post",
+            path: "/lora-adapters",
+            summary: "llama-server's: set the default scales of the adapters listed by id",
+            body: Some(json_body(json!({"type": "array", "items": schema_of::<adapters::LoraScale>(g)}))),
+            ok: ok("Set", json_content(json!({"type": "object", "required": ["success"], "properties": {"success": {"type": "boolean"}}}))),
+            errors: &[400, 404, 413],
+        },
     ]
 }
 
@@ -145,7 +171,8 @@ fn error_response(style: Style, status: u16) -> Value {
         "description": match status {
             400 => "The request is not valid for this route: the message says what and how to fix it",
             401 => "The API key is missing or wrong",
-            404 => "The model is not served here (or not known, for pull)",
+            404 => "The model or adapter is not served here (or not known, for pull; or no such adapter file)",
+            409 => "An adapter of that name is already registered",
             413 => "The body is larger than the server accepts",
             429 => "Every sequence is running and the queue is full: retry after `Retry-After` seconds",
             500 => "The model failed to answer (the message says why)",
@@ -180,6 +207,9 @@ fn build(auth: bool) -> Value {
         }
         if auth && r.path == "/health" {
             op["security"] = json!([]);
+        }
+        if r.path.contains("{name}") {
+            op["parameters"] = json!([{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}]);
         }
         let entry = paths.entry(r.path).or_insert_with(|| json!({}));
         entry[r.method] = op;
@@ -323,6 +353,42 @@ fn response_schemas() -> Map<String, Value> {
             obj(
                 &["status"],
                 json!({"status": string, "digest": string, "total": int, "completed": int}),
+            ),
+        ),
+        (
+            "Adapter",
+            obj(
+                &[
+                    "name",
+                    "model",
+                    "file",
+                    "rank",
+                    "alpha",
+                    "bytes_hot",
+                    "tier",
+                    "leases",
+                    "default_scale",
+                ],
+                json!({
+                    "name": string, "model": string, "file": string, "rank": int,
+                    "alpha": {"type": "number"}, "bytes_hot": int,
+                    "tier": {"type": "string", "enum": ["hot", "warm", "cold"]},
+                    "leases": int, "default_scale": {"type": "number"},
+                }),
+            ),
+        ),
+        (
+            "AdapterList",
+            obj(
+                &["object", "data"],
+                json!({"object": string, "data": {"type": "array", "items": schema_ref("Adapter")}}),
+            ),
+        ),
+        (
+            "LoraAdapter",
+            obj(
+                &["id", "path", "scale"],
+                json!({"id": int, "path": string, "name": string, "scale": {"type": "number"}}),
             ),
         ),
         (

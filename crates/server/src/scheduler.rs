@@ -51,6 +51,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
+use crate::adapters::AdapterSet;
 use crate::logprobs::TokenLogprob;
 use crate::ServeError;
 
@@ -68,6 +69,20 @@ pub struct Job {
     /// Log-probabilities of each generated token, with this many alternatives (at most
     /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
     pub logprobs: Option<(usize, UnboundedSender<TokenLogprob>)>,
+    /// The LoRA adapters the sequence runs with, leased until it ends (empty: the bare model).
+    pub adapters: AdapterSet,
+}
+
+/// What a handler asks for: a [`Job`] without its channels.
+#[derive(Debug)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplerParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// Alternatives per token when log-probabilities are wanted.
+    pub logprobs: Option<usize>,
+    pub adapters: AdapterSet,
 }
 
 /// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
@@ -219,7 +234,28 @@ impl Handle {
         })
     }
 
-    /// [`Handle::submit`] with a fresh channel: the receiver of the job's events.
+    /// Queues `r` with fresh channels: the receiver of the job's events and, with
+    /// `r.logprobs`, of each generated token's log-probability (which arrives before the text
+    /// it is part of).
+    pub fn request(
+        &self,
+        r: Request,
+    ) -> Result<(UnboundedReceiver<Event>, Option<UnboundedReceiver<TokenLogprob>>), Refused> {
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (logprobs, lp_rx) = match r.logprobs {
+            Some(top) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some((top, tx)), Some(rx))
+            }
+            None => (None, None),
+        };
+        let Request { prompt, sampling, max_tokens, stop, adapters, .. } = r;
+        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs, adapters })?;
+        Ok((rx, lp_rx))
+    }
+
+    /// [`Handle::submit`] on the bare model with a fresh channel: the receiver of the job's
+    /// events.
     pub fn start(
         &self,
         prompt: Vec<u32>,
@@ -227,9 +263,9 @@ impl Handle {
         max_tokens: usize,
         stop: Vec<String>,
     ) -> Result<UnboundedReceiver<Event>, Refused> {
-        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs: None })?;
-        Ok(rx)
+        let adapters = AdapterSet::default();
+        let r = Request { prompt, sampling, max_tokens, stop, logprobs: None, adapters };
+        Ok(self.request(r)?.0)
     }
 
     /// [`Handle::start`] with each generated token's log-probability and `top` alternatives
@@ -242,11 +278,12 @@ impl Handle {
         stop: Vec<String>,
         top: usize,
     ) -> Result<(UnboundedReceiver<Event>, UnboundedReceiver<TokenLogprob>), Refused> {
-        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (lp, lp_rx) = tokio::sync::mpsc::unbounded_channel();
-        let logprobs = Some((top, lp));
-        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs })?;
-        Ok((rx, lp_rx))
+        let adapters = AdapterSet::default();
+        let r = Request { prompt, sampling, max_tokens, stop, logprobs: Some(top), adapters };
+        match self.request(r)? {
+            (rx, Some(lp)) => Ok((rx, lp)),
+            (_, None) => unreachable!("a request with logprobs has their receiver"),
+        }
     }
 }
 
@@ -429,6 +466,23 @@ impl Scheduler {
         }
     }
 
+    /// [`model::kv::KvCache::prefix_adopt`] under the adapter set's `salt`.
+    fn prefix_adopt(&mut self, slot: usize, tokens: &[u32], salt: u64) -> usize {
+        if salt != 0 {
+            // Until the cache is keyed by adapter, adapter sequences neither share nor offer.
+            self.ctx.kv.seq_clear(slot);
+            return 0;
+        }
+        self.ctx.kv.prefix_adopt(slot, tokens)
+    }
+
+    /// [`model::kv::KvCache::prefix_register`] under the adapter set's `salt`.
+    fn prefix_register(ctx: &mut Context, slot: usize, tokens: &[u32], salt: u64) {
+        if salt == 0 {
+            ctx.kv.prefix_register(slot, tokens);
+        }
+    }
+
     /// Drops the prefix cache if [`Handle::shed_prefix_cache`] asked for it.
     fn shed_if_asked(&mut self) {
         if self.shed.take() {
@@ -488,8 +542,13 @@ impl Scheduler {
             for &t in &job.prompt {
                 sampler.accept(t);
             }
+            if let Err(e) = self.ctx.set_adapters(slot, &job.adapters.loras()) {
+                self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                let _ = job.events.send(Event::Failed(format!("the adapters do not apply: {e}")));
+                continue;
+            }
             self.shed_if_asked();
-            let hit = self.ctx.kv.prefix_adopt(slot, &job.prompt);
+            let hit = self.prefix_adopt(slot, &job.prompt, job.adapters.salt);
             self.counters.prefix_hit_tokens.inc_by(hit as u64);
             self.slots[slot] = Some(Seq {
                 sampler,
@@ -529,6 +588,8 @@ impl Scheduler {
     fn release(&mut self, slot: usize) -> Option<Seq> {
         let q = self.slots[slot].take()?;
         self.ctx.kv.seq_clear(slot);
+        // Clearing a sequence's adapters cannot fail (the set is empty); the leases go with `q`.
+        let _ = self.ctx.set_adapters(slot, &[]);
         self.order.retain(|&s| s != slot);
         self.counters.running.dec();
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -595,7 +656,7 @@ impl Scheduler {
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                self.ctx.kv.prefix_register(s, &q.tokens);
+                Self::prefix_register(&mut self.ctx, s, &q.tokens, q.job.adapters.salt);
             }
         }
         self.publish_blocks();

@@ -58,8 +58,28 @@ impl Server {
     /// `GET path` over a fresh connection: the status and the body (HTTP/1.1, no keep-alive;
     /// a chunked body is returned as sent).
     pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        self.send("GET", path, None, None)
+    }
+
+    /// `METHOD path` with an optional bearer `key` and JSON `body`, like [`Server::get`].
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        if let Some(k) = key {
+            head += &format!("Authorization: Bearer {k}\r\n");
+        }
+        let body = body.unwrap_or("");
+        if !body.is_empty() {
+            head +=
+                &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+        }
+        write!(s, "{head}\r\n{body}")?;
         let mut resp = String::new();
         s.read_to_string(&mut resp)?;
         let status = resp.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);

@@ -1,0 +1,521 @@
+//! LoRA adapters over HTTP: which adapters a request runs with, leasing them before the job
+//! reaches the scheduler, and the routes that list, add and remove them while serving.
+//!
+//! The adapters themselves live in one [`AdapterStore`] (`model::lora`), shared by the
+//! handlers and the scheduler: registering one only validates its file (it stays cold, on
+//! disk); [`AdapterStore::acquire`] loads or promotes it and pins it with a lease. Handlers
+//! acquire on tokio's blocking pool ([`Adapters::lease`]), so a cold adapter loading never
+//! holds up the scheduler's step or the other sequences; the [`AdapterSet`] of leases travels
+//! with the job, the scheduler sets the sequence's adapters when it admits the job and clears
+//! them (dropping the leases) when the sequence ends or its client goes away. An adapter
+//! removed while in use is unregistered at once (new requests get 404); the requests holding a
+//! lease keep its weights until they finish.
+//!
+//! Which adapters a request runs with:
+//! - `"model": "BASE:ADAPTER"` (OpenAI and Ollama routes): that adapter at scale 1.
+//! - `"lora": [{"id": N, "scale": S}]` (llama-server's field): `id` indexes the list
+//!   `GET /lora-adapters` returns (every registered adapter, by name); the adapters named get
+//!   their scales and no other adapter applies, as in llama-server. With a `BASE:ADAPTER` model
+//!   too, both apply (the `lora` entry's scale wins for the same adapter).
+//! - Neither: the default scales, which `snug serve --lora FILE[:SCALE]` sets (like
+//!   llama-server's `--lora`, they apply to every such request) and `POST /lora-adapters`
+//!   changes. Adapters at scale 0 are left out.
+//!
+//! An adapter nobody registered is a 404 naming it; a malformed `lora` entry (a scale that is
+//! not a finite number, an id twice) a 400.
+//!
+//! Files: `POST /v1/adapters {"name", "file"}` takes a file NAME inside `--lora-dir` and
+//! nothing else ([`confine`]): a path separator, `..`, an absolute path, or a name whose real
+//! path (symlinks resolved) leaves the directory is refused before the file is opened. Without
+//! `--lora-dir` nothing can be added over HTTP. Names are `[A-Za-z0-9._-]`, 1 to 64 bytes, not
+//! starting with `.` or `-` ([`check_name`]).
+//!
+//! Cost per request: a lock and a scan of the registered names; acquiring a hot adapter is a
+//! refcount, a cold one is a file read and dequantization on the blocking pool.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use model::lora::{AdapterInfo, AdapterLease, AdapterStore, Lora, LoraError, Tier};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::{body_bytes, from_json, ApiError, Shared, Style};
+
+/// One entry of llama-server's `lora` list (a request's field and `POST /lora-adapters`'
+/// body): an adapter by its index in `GET /lora-adapters`, and its scale.
+#[derive(Clone, Copy, Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "LoraScale")]
+pub struct LoraScale {
+    /// Index in the list `GET /lora-adapters` returns.
+    pub id: u32,
+    /// The adapter's scale (0 leaves it out).
+    pub scale: f32,
+}
+
+/// Checks a `lora` list: finite scales, each id once.
+pub fn check_lora(style: Style, list: &[LoraScale]) -> Result<(), ApiError> {
+    for (i, e) in list.iter().enumerate() {
+        if !e.scale.is_finite() {
+            return Err(ApiError::bad_request(
+                style,
+                format!("lora[{i}].scale is not a finite number"),
+            ));
+        }
+        if list[..i].iter().any(|p| p.id == e.id) {
+            return Err(ApiError::bad_request(
+                style,
+                format!("lora names adapter id {} twice: give each adapter once", e.id),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The adapters a job runs with, leased: held until the job's sequence ends.
+#[derive(Clone, Default)]
+pub struct AdapterSet {
+    pub leases: Vec<(AdapterLease, f32)>,
+    /// The prefix-cache salt of the set (0 for none): KV computed under one set of adapters is
+    /// never shared with another.
+    pub salt: u64,
+}
+
+impl AdapterSet {
+    /// The loaded adapters and their scales, for `Context::set_adapters`.
+    pub fn loras(&self) -> Vec<(Arc<Lora>, f32)> {
+        self.leases.iter().map(|(l, s)| (l.lora().clone(), *s)).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+}
+
+impl std::fmt::Debug for AdapterSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<(&str, f32)> =
+            self.leases.iter().map(|(l, s)| (l.lora().name.as_str(), *s)).collect();
+        f.debug_struct("AdapterSet").field("leases", &names).field("salt", &self.salt).finish()
+    }
+}
+
+/// The server's adapters: the store, the directory files may come from, the default scales.
+pub struct Adapters {
+    pub store: Arc<AdapterStore>,
+    /// `--lora-dir`, canonical; `None`: no adapter can be added over HTTP.
+    pub dir: Option<PathBuf>,
+    /// Scales applied to requests that name no adapter (`--lora`, `POST /lora-adapters`).
+    defaults: Mutex<HashMap<String, f32>>,
+    /// The base model's name, for `BASE:ADAPTER` listings.
+    base: String,
+}
+
+/// A name clients may use for an adapter: `[A-Za-z0-9._-]`, 1 to 64 bytes, not starting with
+/// `.` or `-`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty()
+        || name.len() > 64
+        || name.starts_with(['.', '-'])
+        || !name.chars().all(ok_char)
+    {
+        return Err(format!(
+            "adapter name {name:?} is not valid: use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with . or -)"
+        ));
+    }
+    Ok(())
+}
+
+/// Why a file name was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Confine {
+    /// Not a plain file name, or it resolves outside the directory (a 400).
+    Outside(String),
+    /// No such file in the directory (a 404).
+    Missing(String),
+}
+
+/// `file` as a file directly inside `dir` (canonical): refused if it is not a plain file name
+/// (a path separator, `..`, an absolute path, a NUL), if it does not exist, or if its real
+/// path (symlinks resolved) is not in `dir`.
+pub fn confine(dir: &Path, file: &str) -> Result<PathBuf, Confine> {
+    let plain = !file.is_empty()
+        && file != "."
+        && !file.contains(['/', '\\', '\0'])
+        && !file.contains("..")
+        && !Path::new(file).is_absolute();
+    if !plain {
+        return Err(Confine::Outside(format!(
+            "file {file:?} must be the name of a file in the adapter directory: no path separators, `..` or absolute paths"
+        )));
+    }
+    let missing =
+        || Confine::Missing(format!("there is no adapter file {file:?} in the adapter directory"));
+    let root = dir.canonicalize().map_err(|_| missing())?;
+    let real = root.join(file).canonicalize().map_err(|_| missing())?;
+    if real.parent() != Some(root.as_path()) {
+        return Err(Confine::Outside(format!(
+            "file {file:?} resolves outside the adapter directory (a symlink?): refused"
+        )));
+    }
+    if !real.is_file() {
+        return Err(missing());
+    }
+    Ok(real)
+}
+
+/// The `*.gguf` files directly in `dir` (a symlink only if it resolves inside `dir`), by name:
+/// each as `(stem, real path)`.
+pub fn dir_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let name = e?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".gguf") else { continue };
+        match confine(dir, name) {
+            Ok(real) => files.push((stem.to_string(), real)),
+            Err(Confine::Outside(m)) => eprintln!("snug: skipping {name}: {m}"),
+            Err(Confine::Missing(_)) => {}
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn tier_name(t: Tier) -> &'static str {
+    match t {
+        Tier::Hot => "hot",
+        Tier::Warm => "warm",
+        Tier::Cold => "cold",
+    }
+}
+
+impl Adapters {
+    /// `store` serving `base`, with files from `dir` (canonicalized here) and `defaults`
+    /// (registered names and their scales).
+    pub fn new(
+        store: Arc<AdapterStore>,
+        dir: Option<&Path>,
+        defaults: &[(String, f32)],
+        base: &str,
+    ) -> std::io::Result<Adapters> {
+        let dir = dir.map(Path::canonicalize).transpose()?;
+        let defaults = Mutex::new(defaults.iter().cloned().collect());
+        Ok(Adapters { store, dir, defaults, base: base.to_string() })
+    }
+
+    fn defaults(&self) -> std::sync::MutexGuard<'_, HashMap<String, f32>> {
+        self.defaults.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `BASE:NAME`.
+    pub fn model_name(&self, name: &str) -> String {
+        format!("{}:{name}", self.base)
+    }
+
+    pub fn list(&self) -> Vec<AdapterInfo> {
+        self.store.list()
+    }
+
+    fn unknown(style: Style, what: String) -> ApiError {
+        ApiError::new(style, StatusCode::NOT_FOUND, what).with_code("adapter_not_found")
+    }
+
+    /// The adapters and scales a request runs with (see the module doc), by name.
+    pub fn select(
+        &self,
+        style: Style,
+        named: Option<&str>,
+        lora: Option<&[LoraScale]>,
+    ) -> Result<Vec<(String, f32)>, ApiError> {
+        let list = self.list();
+        let mut set: Vec<(String, f32)> = Vec::new();
+        if let Some(n) = named {
+            if !list.iter().any(|a| a.name == n) {
+                return Err(Adapters::unknown(
+                    style,
+                    format!("adapter {n:?} is not registered here (GET /v1/adapters lists them)"),
+                ));
+            }
+            set.push((n.to_string(), 1.0));
+        }
+        match lora {
+            Some(entries) => {
+                check_lora(style, entries)?;
+                for e in entries {
+                    let a = list.get(e.id as usize).ok_or_else(|| {
+                        Adapters::unknown(
+                            style,
+                            format!(
+                                "adapter id {} is not registered here: GET /lora-adapters lists {} adapters",
+                                e.id,
+                                list.len()
+                            ),
+                        )
+                    })?;
+                    set.retain(|(n, _)| *n != a.name);
+                    set.push((a.name.clone(), e.scale));
+                }
+            }
+            None if named.is_none() => {
+                let d = self.defaults();
+                set.extend(
+                    list.iter().filter_map(|a| d.get(&a.name).map(|&s| (a.name.clone(), s))),
+                );
+            }
+            None => {}
+        }
+        set.retain(|&(_, s)| s != 0.0);
+        Ok(set)
+    }
+
+    /// Leases `set` on the blocking pool (a cold adapter is read and converted there, never on
+    /// the scheduler's thread) and computes its prefix-cache salt.
+    pub async fn lease(
+        self: &Arc<Self>,
+        style: Style,
+        set: Vec<(String, f32)>,
+    ) -> Result<AdapterSet, ApiError> {
+        if set.is_empty() {
+            return Ok(AdapterSet::default());
+        }
+        let me = self.clone();
+        let got = tokio::task::spawn_blocking(move || {
+            let mut leases = Vec::with_capacity(set.len());
+            for (name, scale) in set {
+                let lease = me.store.acquire(&name).map_err(|e| (name, e))?;
+                leases.push((lease, scale));
+            }
+            let salt = me.store.salt(&leases);
+            Ok::<_, (String, LoraError)>(AdapterSet { leases, salt })
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                style,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("loading adapters stopped: {e}"),
+            )
+        })?;
+        got.map_err(|(name, e)| match e {
+            LoraError::Unknown(_) => {
+                Adapters::unknown(style, format!("adapter {name:?} was removed: {e}"))
+            }
+            e => ApiError::new(
+                style,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("adapter {name:?} does not load: {e}"),
+            ),
+        })
+    }
+
+    fn info_json(&self, a: &AdapterInfo) -> Value {
+        json!({
+            "name": a.name,
+            "model": self.model_name(&a.name),
+            "file": a.path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default(),
+            "rank": a.rank,
+            "alpha": a.alpha,
+            "bytes_hot": a.bytes_hot,
+            "tier": tier_name(a.tier),
+            "leases": a.leases,
+            "default_scale": self.defaults().get(&a.name).copied().unwrap_or(0.0),
+        })
+    }
+}
+
+/// `POST /v1/adapters`' body.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "AdapterAddRequest")]
+pub struct AddRequest {
+    /// The name requests use (`BASE:NAME`); default: the file's stem.
+    pub name: Option<String>,
+    /// A `*.gguf` adapter file directly inside the server's `--lora-dir` (a name, not a path).
+    pub file: String,
+}
+
+const S: Style = Style::OpenAi;
+
+/// `GET /v1/adapters`.
+pub async fn list(State(st): Shared) -> Response {
+    let data: Vec<Value> = st.adapters.list().iter().map(|a| st.adapters.info_json(a)).collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `POST /v1/adapters`: registers a file of `--lora-dir` (201 with its entry).
+pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: AddRequest = from_json(S, &body_bytes(S, body)?)?;
+        let ad = &st.adapters;
+        let Some(dir) = ad.dir.clone() else {
+            return Err(ApiError::bad_request(
+                S,
+                "this server has no adapter directory: start it with --lora-dir DIR to add adapters",
+            ));
+        };
+        let path = confine(&dir, &req.file).map_err(|e| match e {
+            Confine::Outside(m) => ApiError::bad_request(S, m),
+            Confine::Missing(m) => Adapters::unknown(S, m),
+        })?;
+        let name = match req.name {
+            Some(n) => n,
+            None => path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        check_name(&name).map_err(|m| ApiError::bad_request(S, m))?;
+        let conflict = |name: &str| {
+            ApiError::new(
+                S,
+                StatusCode::CONFLICT,
+                format!("an adapter named {name:?} is already registered: DELETE it first or pick another name"),
+            )
+        };
+        if ad.list().iter().any(|a| a.name == name) {
+            return Err(conflict(&name));
+        }
+        let store = ad.store.clone();
+        let n2 = name.clone();
+        let done = tokio::task::spawn_blocking(move || store.register(&n2, &path))
+            .await
+            .map_err(|e| ApiError::new(S, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let info = match done {
+            Ok(info) => info,
+            Err(LoraError::Duplicate(_)) => return Err(conflict(&name)),
+            Err(e) => {
+                return Err(ApiError::bad_request(
+                    S,
+                    format!("{:?} is not a usable adapter: {e}", req.file),
+                ))
+            }
+        };
+        Ok((StatusCode::CREATED, axum::Json(ad.info_json(&info))).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `DELETE /v1/adapters/{name}`: 204, or 404 for a name not registered. Requests holding the
+/// adapter finish on it.
+pub async fn remove(
+    State(st): Shared,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let ad = &st.adapters;
+    if !ad.list().iter().any(|a| a.name == name) {
+        return Adapters::unknown(S, format!("adapter {name:?} is not registered here"))
+            .into_response();
+    }
+    match ad.store.unregister(&name) {
+        Ok(()) => {
+            ad.defaults().remove(&name);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => Adapters::unknown(S, format!("adapter {name:?}: {e}")).into_response(),
+    }
+}
+
+/// `GET /lora-adapters` (llama-server's): `[{"id", "path", "scale"}]`, ids in name order, the
+/// scale each applies with by default.
+pub async fn lora_list(State(st): Shared) -> Response {
+    let d = st.adapters.defaults().clone();
+    let v: Vec<Value> = st
+        .adapters
+        .list()
+        .iter()
+        .enumerate()
+        .map(|(id, a)| {
+            json!({
+                "id": id,
+                "path": a.path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default(),
+                "name": a.name,
+                "scale": d.get(&a.name).copied().unwrap_or(0.0),
+            })
+        })
+        .collect();
+    axum::Json(v).into_response()
+}
+
+/// `POST /lora-adapters` (llama-server's): sets the default scales of the adapters listed
+/// (`[{"id", "scale"}]`); others keep theirs. Answers `{"success": true}`.
+pub async fn lora_set(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
+    let run = async {
+        let req: Vec<LoraScale> = from_json(S, &body_bytes(S, body)?)?;
+        check_lora(S, &req)?;
+        let list = st.adapters.list();
+        let mut named = Vec::with_capacity(req.len());
+        for e in &req {
+            let a = list.get(e.id as usize).ok_or_else(|| {
+                Adapters::unknown(
+                    S,
+                    format!("adapter id {} is not registered here: {} adapters", e.id, list.len()),
+                )
+            })?;
+            named.push((a.name.clone(), e.scale));
+        }
+        st.adapters.defaults().extend(named);
+        Ok::<_, ApiError>(axum::Json(json!({"success": true})).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain() {
+        for ok in ["a", "sql-v2", "x_1.0", "A9"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".x", "-x", "a/b", "a:b", "a b", "é", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn files_are_confined_to_the_directory() {
+        let root = std::env::temp_dir().join(format!("snug-confine-{}", std::process::id()));
+        let dir = root.join("loras");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.gguf"), b"x").unwrap();
+        std::fs::write(root.join("secret.gguf"), b"x").unwrap();
+        std::os::unix::fs::symlink(root.join("secret.gguf"), dir.join("link.gguf")).unwrap();
+        std::os::unix::fs::symlink(dir.join("a.gguf"), dir.join("inside.gguf")).unwrap();
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let real_a = dir.canonicalize().unwrap().join("a.gguf");
+        assert_eq!(confine(&dir, "a.gguf"), Ok(real_a.clone()));
+        // A symlink to a file inside the directory resolves to it.
+        assert_eq!(confine(&dir, "inside.gguf"), Ok(real_a));
+        for bad in [
+            "../secret.gguf",
+            "..",
+            ".",
+            "sub/../a.gguf",
+            "/etc/passwd",
+            "a\\b",
+            "a\0",
+            "",
+            "link.gguf",
+        ] {
+            assert!(matches!(confine(&dir, bad), Err(Confine::Outside(_))), "{bad:?}");
+        }
+        assert!(matches!(confine(&dir, "nope.gguf"), Err(Confine::Missing(_))));
+        assert!(matches!(confine(&dir, "sub"), Err(Confine::Missing(_))));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn lora_lists_need_finite_scales_and_distinct_ids() {
+        let e = |id, scale| LoraScale { id, scale };
+        assert!(check_lora(S, &[e(0, 1.0), e(1, 0.5)]).is_ok());
+        assert!(check_lora(S, &[e(0, f32::NAN)]).is_err());
+        assert!(check_lora(S, &[e(0, f32::INFINITY)]).is_err());
+        assert!(check_lora(S, &[e(2, 1.0), e(2, 0.5)]).is_err());
+    }
+}
