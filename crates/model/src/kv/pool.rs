@@ -186,6 +186,234 @@ impl Drop for BlockPool {
     }
 }
 
+/// What a page of the shared [`PagePool`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// KV blocks of sequences and of the prefix cache.
+    Kv = 0,
+    /// LoRA adapter weights (`lora::store`).
+    Adapter = 1,
+}
+
+/// Start evicting when the pool is this full (per mille)...
+pub const EVICT_START_PERMILLE: usize = 900;
+/// ...and stop once it is down to this.
+pub const EVICT_STOP_PERMILLE: usize = 800;
+
+/// Upper bounds (ns) of the allocation-latency histogram's buckets; the last bucket is open.
+pub const ALLOC_LATENCY_BUCKETS_NS: [u64; 8] =
+    [50, 100, 250, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// Frees pool pages on request: the adapter store registers one so that the KV cache, short of
+/// pages, can drop unpinned adapters. `free` may only drop memory (it runs on the allocating
+/// thread, the scheduler's): it returns the pages given back.
+pub trait Evictor: Send + Sync {
+    fn free(&self, pages: usize) -> usize;
+}
+
+/// The page ledger KV blocks and adapter weights share (see `lora::store`'s module doc): one
+/// capacity in pages of one size (the KV block's), pages charged by content while held and
+/// given back when freed. Taking or returning pages locks one uncontended mutex (tens of ns);
+/// it is done per KV block and per adapter load, never per token.
+///
+/// Pressure: past [`EVICT_START_PERMILLE`] of the capacity the pool asks for pages back until
+/// [`EVICT_STOP_PERMILLE`] (hysteresis): [`PagePool::shed_wanted`] tells the KV cache how many
+/// pages to shed from its prefix cache, and adapter stores demote unpinned adapters. Pages held
+/// by running sequences are never asked for.
+pub struct PagePool {
+    page_bytes: usize,
+    capacity: usize,
+    /// Most pages adapters may hold (their share of the plan).
+    adapter_limit: usize,
+    ledger: std::sync::Mutex<Ledger>,
+    evictions: [std::sync::atomic::AtomicU64; 2],
+    latency: [std::sync::atomic::AtomicU64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
+    evictors: std::sync::Mutex<Vec<std::sync::Weak<dyn Evictor>>>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    /// Pages held, by [`Content`].
+    used: [usize; 2],
+    /// Prefix-cache blocks no sequence holds (as last published by the KV cache).
+    prefix_cached: usize,
+    /// Between crossing the start mark and getting down to the stop mark.
+    evicting: bool,
+}
+
+/// A snapshot of the pool, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub page_bytes: usize,
+    pub capacity: usize,
+    /// Pages held by KV blocks (prefix-cached ones included).
+    pub kv: usize,
+    /// Of `kv`, blocks held by the prefix cache alone.
+    pub prefix_cached: usize,
+    pub adapter: usize,
+    /// Pages freed by eviction: `[kv (prefix cache), adapter]`.
+    pub evictions: [u64; 2],
+    /// Allocation count per [`ALLOC_LATENCY_BUCKETS_NS`] bucket (the last: slower than all).
+    pub alloc_latency: [u64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
+}
+
+/// The pool had no room; the message says what holds it and what to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("pool full: {used} pages of {page_bytes} bytes in use by KV ({kv} pages, {prefix} of them prefix cache) and adapters ({adapter} pages), {wanted} more wanted for {what}; raise --ram or lower --max-loras")]
+pub struct PoolFull {
+    pub used: usize,
+    pub page_bytes: usize,
+    pub kv: usize,
+    pub prefix: usize,
+    pub adapter: usize,
+    pub wanted: usize,
+    pub what: &'static str,
+}
+
+impl PagePool {
+    /// A pool of `kv_pages + adapter_pages` pages of `page_bytes`, adapters holding at most
+    /// `adapter_pages` of them (the planner's adapter share).
+    pub fn new(
+        page_bytes: usize,
+        kv_pages: usize,
+        adapter_pages: usize,
+    ) -> std::sync::Arc<PagePool> {
+        std::sync::Arc::new(PagePool {
+            page_bytes: page_bytes.max(1),
+            capacity: kv_pages.saturating_add(adapter_pages),
+            adapter_limit: adapter_pages,
+            ledger: std::sync::Mutex::new(Ledger::default()),
+            evictions: Default::default(),
+            latency: Default::default(),
+            evictors: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Most pages adapters may hold.
+    pub fn adapter_limit(&self) -> usize {
+        self.adapter_limit
+    }
+
+    /// Pages needed for `bytes`.
+    pub fn pages_for(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.page_bytes)
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // A panic elsewhere while holding it leaves consistent counters: keep going.
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Charges `n` pages to `what`, or says what holds the pool.
+    pub fn alloc(&self, what: Content, n: usize) -> Result<(), PoolFull> {
+        let t = std::time::Instant::now();
+        let mut l = self.ledger();
+        let used = l.used[0] + l.used[1];
+        let limit = match what {
+            Content::Kv => self.capacity,
+            Content::Adapter => self.adapter_limit,
+        };
+        if used + n > self.capacity || l.used[what as usize] + n > limit {
+            return Err(PoolFull {
+                used,
+                page_bytes: self.page_bytes,
+                kv: l.used[0],
+                prefix: l.prefix_cached,
+                adapter: l.used[1],
+                wanted: n,
+                what: match what {
+                    Content::Kv => "a KV block",
+                    Content::Adapter => "an adapter",
+                },
+            });
+        }
+        l.used[what as usize] += n;
+        if (used + n) * 1000 >= self.capacity * EVICT_START_PERMILLE {
+            l.evicting = true;
+        }
+        drop(l);
+        let ns = t.elapsed().as_nanos() as u64;
+        let b = ALLOC_LATENCY_BUCKETS_NS.iter().position(|&hi| ns <= hi);
+        self.latency[b.unwrap_or(ALLOC_LATENCY_BUCKETS_NS.len())]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Gives back `n` pages held by `what`.
+    pub fn free(&self, what: Content, n: usize) {
+        let mut l = self.ledger();
+        let u = &mut l.used[what as usize];
+        debug_assert!(*u >= n, "{n} pages freed, {u} held");
+        *u = u.saturating_sub(n);
+        if (l.used[0] + l.used[1]) * 1000 <= self.capacity * EVICT_STOP_PERMILLE {
+            l.evicting = false;
+        }
+    }
+
+    /// Counts `n` pages of `what` freed by eviction.
+    pub fn count_evicted(&self, what: Content, n: usize) {
+        self.evictions[what as usize].fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Pages to give back now: while evicting (see the type's doc), down to the stop mark.
+    pub fn shed_wanted(&self) -> usize {
+        let l = self.ledger();
+        if !l.evicting {
+            return 0;
+        }
+        (l.used[0] + l.used[1]).saturating_sub(self.capacity * EVICT_STOP_PERMILLE / 1000)
+    }
+
+    /// Publishes how many KV blocks only the prefix cache holds (for stats and messages).
+    pub fn set_prefix_cached(&self, n: usize) {
+        self.ledger().prefix_cached = n;
+    }
+
+    /// Registers an evictor the KV side calls when it is short of pages.
+    pub fn add_evictor(&self, e: std::sync::Weak<dyn Evictor>) {
+        self.evictors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    }
+
+    /// Asks the registered evictors for `pages`; returns the pages they freed.
+    pub fn call_evictors(&self, pages: usize) -> usize {
+        let evictors: Vec<_> = {
+            let mut v = self.evictors.lock().unwrap_or_else(|e| e.into_inner());
+            v.retain(|e| e.strong_count() > 0);
+            v.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let mut freed = 0;
+        for e in evictors {
+            if freed >= pages {
+                break;
+            }
+            freed += e.free(pages - freed);
+        }
+        freed
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let l = self.ledger();
+        PoolStats {
+            page_bytes: self.page_bytes,
+            capacity: self.capacity,
+            kv: l.used[0],
+            prefix_cached: l.prefix_cached,
+            adapter: l.used[1],
+            evictions: self.evictions.each_ref().map(|a| a.load(Relaxed)),
+            alloc_latency: self.latency.each_ref().map(|a| a.load(Relaxed)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

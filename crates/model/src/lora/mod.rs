@@ -17,9 +17,12 @@
 //! sequence without adapters costs nothing.
 
 pub mod bgmv;
+pub mod store;
 
 use std::path::Path;
+
 use std::sync::Arc;
+pub use store::{salt, AdapterInfo, AdapterLease, AdapterStore, StoreStats, Tier};
 
 use gguf::{GgmlType, GgufFile, TensorInfo};
 
@@ -64,6 +67,12 @@ pub enum LoraError {
     Empty,
     #[error("adapter {adapter:?} was loaded for a model of another shape than {model:?}: load it for this model")]
     WrongBase { adapter: String, model: String },
+    #[error("no adapter named {0:?} is registered")]
+    Unknown(String),
+    #[error("an adapter named {0:?} is registered already")]
+    Duplicate(String),
+    #[error("adapter {name:?}: {source}")]
+    PoolFull { name: String, source: crate::kv::pool::PoolFull },
 }
 
 /// One adapted matrix: `y[first..first+count]` of the layer's group `group` gain
@@ -154,98 +163,11 @@ impl Lora {
 
     /// Validates every tensor of `f` against `c` before converting any.
     pub fn from_gguf(f: &GgufFile, c: &ModelConfig, name: String) -> Result<Lora, LoraError> {
-        let ty = f.get_str(KEY_TYPE).unwrap_or("");
-        if ty != "adapter" {
-            return Err(LoraError::NotAdapter(ty.to_string()));
-        }
-        let arch = f.architecture().unwrap_or("");
-        if Arch::from_name(arch) != Some(c.arch) {
-            return Err(LoraError::ArchMismatch {
-                adapter: arch.to_string(),
-                model: c.arch.name(),
-            });
-        }
-        let aty = f.get_str(KEY_ADAPTER_TYPE).unwrap_or("");
-        if aty != "lora" {
-            return Err(LoraError::NotLora(aty.to_string()));
-        }
-        let alpha = match f.get(KEY_ALPHA) {
-            None => 0.0,
-            Some(v) => v.as_f64().ok_or_else(|| LoraError::BadAlpha(format!("{v:?}")))? as f32,
-        };
-        if !alpha.is_finite() {
-            return Err(LoraError::BadAlpha(alpha.to_string()));
-        }
-        let base = BaseShape::of(c);
-
-        // Pair up lora_a and lora_b and check everything before converting anything.
-        struct Pending<'a> {
-            il: usize,
-            target: (usize, usize, usize),
-            a: &'a TensorInfo,
-            b: &'a TensorInfo,
-            rank: usize,
-            n_in: usize,
-            n_out: usize,
-        }
-        let mut pending = Vec::new();
-        for t in &f.tensors {
-            let name = t.name.as_str();
-            let Some(weight) = name.strip_suffix(SUFFIX_A) else {
-                if let Some(w) = name.strip_suffix(SUFFIX_B) {
-                    let a_name = [w, SUFFIX_A].concat();
-                    if f.tensor(&a_name).is_some() {
-                        continue; // met as its lora_a's partner
-                    }
-                    return Err(LoraError::MissingPair { name: name.to_string(), missing: a_name });
-                }
-                if name.ends_with("_norm.weight") {
-                    continue; // llama.cpp skips these too
-                }
-                return Err(LoraError::BadSuffix(name.to_string()));
-            };
-            let b_name = [weight, SUFFIX_B].concat();
-            let b = f.tensor(&b_name).ok_or_else(|| LoraError::MissingPair {
-                name: name.to_string(),
-                missing: b_name,
-            })?;
-            let (il, suffix) = match names::split_layer(weight) {
-                Some((il, s)) if il < c.n_layer => (il, s),
-                Some(_) => return Err(LoraError::UnknownTarget(name.to_string())),
-                None if weight == names::TOKEN_EMBD || weight == names::OUTPUT => {
-                    return Err(LoraError::UnsupportedTarget(name.to_string()))
-                }
-                None => return Err(LoraError::UnknownTarget(name.to_string())),
-            };
-            let Some((target, n_in, n_out)) = base.target(suffix) else {
-                return Err(LoraError::UnknownTarget(name.to_string()));
-            };
-            for t in [t, b] {
-                if !matches!(t.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::Q8_0) {
-                    return Err(LoraError::BadType { name: t.name.clone(), ty: t.ggml_type });
-                }
-            }
-            let rank = b.dims.first().copied().unwrap_or(0);
-            let bad = |t: &TensorInfo, expected: String| LoraError::BadShape {
-                name: t.name.clone(),
-                expected,
-                found: t.dims.clone(),
-            };
-            if rank == 0 || b.dims != [rank, n_out as u64] {
-                return Err(bad(b, format!("[r, {n_out}] with r > 0")));
-            }
-            if t.dims != [n_in as u64, rank] {
-                return Err(bad(t, format!("[{n_in}, {rank}] (lora_b's rank {rank})")));
-            }
-            pending.push(Pending { il, target, a: t, b, rank: rank as usize, n_in, n_out });
-        }
-        if pending.is_empty() {
-            return Err(LoraError::Empty);
-        }
-
+        let checked = check(f, c)?;
+        let alpha = checked.alpha;
         let mut layers: Vec<Vec<LoraMat>> = (0..c.n_layer).map(|_| Vec::new()).collect();
         let mut bytes = 0;
-        for p in pending {
+        for p in checked.pending {
             let a = dequantize(f, p.a)?;
             let b = dequantize(f, p.b)?;
             // lora_b is [n_out][rank] row-major; keep it as [rank][n_out].
@@ -255,7 +177,7 @@ impl Lora {
                     bt[j * p.n_out + o] = v;
                 }
             }
-            bytes += (a.len() + bt.len()) * std::mem::size_of::<f32>();
+            bytes += matrix_bytes(p.rank, p.n_in, p.n_out);
             let (group, first, count) = p.target;
             layers[p.il].push(LoraMat {
                 group,
@@ -269,7 +191,7 @@ impl Lora {
                 bt,
             });
         }
-        Ok(Lora { name, alpha, base, layers, bytes })
+        Ok(Lora { name, alpha, base: checked.base, layers, bytes })
     }
 
     /// Heap bytes of the dequantized matrices.
@@ -294,6 +216,218 @@ impl Lora {
 
     pub(crate) fn layer(&self, il: usize) -> &[LoraMat] {
         self.layers.get(il).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// What [`check`] found: the adapter's alpha and its matrices, each validated.
+pub(crate) struct Checked<'a> {
+    pub alpha: f32,
+    base: BaseShape,
+    pending: Vec<Pending<'a>>,
+}
+
+impl Checked<'_> {
+    /// Bytes the loaded adapter takes ([`Lora::bytes`]), without loading it.
+    pub fn bytes(&self) -> usize {
+        self.pending.iter().map(|p| matrix_bytes(p.rank, p.n_in, p.n_out)).sum()
+    }
+
+    /// The largest rank among its matrices.
+    pub fn max_rank(&self) -> usize {
+        self.pending.iter().map(|p| p.rank).max().unwrap_or(0)
+    }
+}
+
+/// One validated matrix of an adapter file, not converted yet.
+struct Pending<'a> {
+    il: usize,
+    target: (usize, usize, usize),
+    a: &'a TensorInfo,
+    b: &'a TensorInfo,
+    rank: usize,
+    n_in: usize,
+    n_out: usize,
+}
+
+/// Bytes of one adapted matrix once loaded: `A` and `Bᵀ` in f32. The one owner of this
+/// formula ([`Lora::bytes`], the adapter store's pages, the planner).
+pub fn matrix_bytes(rank: usize, n_in: usize, n_out: usize) -> usize {
+    std::mem::size_of::<f32>() * rank * (n_in + n_out)
+}
+
+/// Checks the header and every tensor of `f` against `c`, reading no tensor data.
+pub(crate) fn check<'a>(f: &'a GgufFile, c: &ModelConfig) -> Result<Checked<'a>, LoraError> {
+    let ty = f.get_str(KEY_TYPE).unwrap_or("");
+    if ty != "adapter" {
+        return Err(LoraError::NotAdapter(ty.to_string()));
+    }
+    let arch = f.architecture().unwrap_or("");
+    if Arch::from_name(arch) != Some(c.arch) {
+        return Err(LoraError::ArchMismatch { adapter: arch.to_string(), model: c.arch.name() });
+    }
+    let aty = f.get_str(KEY_ADAPTER_TYPE).unwrap_or("");
+    if aty != "lora" {
+        return Err(LoraError::NotLora(aty.to_string()));
+    }
+    let alpha = match f.get(KEY_ALPHA) {
+        None => 0.0,
+        Some(v) => v.as_f64().ok_or_else(|| LoraError::BadAlpha(format!("{v:?}")))? as f32,
+    };
+    if !alpha.is_finite() {
+        return Err(LoraError::BadAlpha(alpha.to_string()));
+    }
+    let base = BaseShape::of(c);
+
+    // Pair up lora_a and lora_b and check everything before converting anything.
+    let mut pending = Vec::new();
+    for t in &f.tensors {
+        let name = t.name.as_str();
+        let Some(weight) = name.strip_suffix(SUFFIX_A) else {
+            if let Some(w) = name.strip_suffix(SUFFIX_B) {
+                let a_name = [w, SUFFIX_A].concat();
+                if f.tensor(&a_name).is_some() {
+                    continue; // met as its lora_a's partner
+                }
+                return Err(LoraError::MissingPair { name: name.to_string(), missing: a_name });
+            }
+            if name.ends_with("_norm.weight") {
+                continue; // llama.cpp skips these too
+            }
+            return Err(LoraError::BadSuffix(name.to_string()));
+        };
+        let b_name = [weight, SUFFIX_B].concat();
+        let b = f
+            .tensor(&b_name)
+            .ok_or_else(|| LoraError::MissingPair { name: name.to_string(), missing: b_name })?;
+        let (il, suffix) = match names::split_layer(weight) {
+            Some((il, s)) if il < c.n_layer => (il, s),
+            Some(_) => return Err(LoraError::UnknownTarget(name.to_string())),
+            None if weight == names::TOKEN_EMBD || weight == names::OUTPUT => {
+                return Err(LoraError::UnsupportedTarget(name.to_string()))
+            }
+            None => return Err(LoraError::UnknownTarget(name.to_string())),
+        };
+        let Some((target, n_in, n_out)) = base.target(suffix) else {
+            return Err(LoraError::UnknownTarget(name.to_string()));
+        };
+        for t in [t, b] {
+            if !matches!(t.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::Q8_0) {
+                return Err(LoraError::BadType { name: t.name.clone(), ty: t.ggml_type });
+            }
+        }
+        let rank = b.dims.first().copied().unwrap_or(0);
+        let bad = |t: &TensorInfo, expected: String| LoraError::BadShape {
+            name: t.name.clone(),
+            expected,
+            found: t.dims.clone(),
+        };
+        if rank == 0 || b.dims != [rank, n_out as u64] {
+            return Err(bad(b, format!("[r, {n_out}] with r > 0")));
+        }
+        if t.dims != [n_in as u64, rank] {
+            return Err(bad(t, format!("[{n_in}, {rank}] (lora_b's rank {rank})")));
+        }
+        pending.push(Pending { il, target, a: t, b, rank: rank as usize, n_in, n_out });
+    }
+    if pending.is_empty() {
+        return Err(LoraError::Empty);
+    }
+    Ok(Checked { alpha, base, pending })
+}
+
+/// Bytes of one adapted matrix in the warm tier: `A` and `Bᵀ` as int8 rows, each with an f32
+/// scale.
+pub fn matrix_bytes_int8(rank: usize, n_in: usize, n_out: usize) -> usize {
+    rank * (n_in + n_out) + 2 * rank * std::mem::size_of::<f32>()
+}
+
+/// Rows of f32 as int8 with one f32 scale per row (`max |x| / 127`, round to nearest).
+#[derive(Debug)]
+struct Int8Rows {
+    q: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Int8Rows {
+    fn quantize(x: &[f32], row: usize) -> Int8Rows {
+        let mut q = vec![0i8; x.len()];
+        let mut scales = Vec::with_capacity(x.len() / row.max(1));
+        for (src, dst) in x.chunks_exact(row).zip(q.chunks_exact_mut(row)) {
+            let max = src.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let s = max / 127.0;
+            let inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = (v * inv).round().clamp(-127.0, 127.0) as i8;
+            }
+            scales.push(s);
+        }
+        Int8Rows { q, scales }
+    }
+
+    fn dequantize(&self, row: usize) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.q.len()];
+        for ((src, dst), &s) in
+            self.q.chunks_exact(row).zip(out.chunks_exact_mut(row)).zip(&self.scales)
+        {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = f32::from(v) * s;
+            }
+        }
+        out
+    }
+}
+
+/// An adapter in the warm tier: every matrix's rows in int8 ([`matrix_bytes_int8`] a matrix),
+/// a quarter of its hot size; [`WarmLora::to_hot`] makes it usable again (dequantized to f32).
+#[derive(Debug)]
+pub struct WarmLora {
+    name: String,
+    alpha: f32,
+    base: BaseShape,
+    /// [n_layer] → (the matrix with empty `a`/`bt`, its int8 `A`, its int8 `Bᵀ`).
+    layers: Vec<Vec<(LoraMat, Int8Rows, Int8Rows)>>,
+    bytes: usize,
+}
+
+impl WarmLora {
+    /// Bytes of its int8 rows and scales.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The f32 adapter again (each weight within half an int8 step of the original).
+    pub fn to_hot(&self) -> Lora {
+        let layers = per_matrix(&self.layers, |(m, a, bt)| LoraMat {
+            a: a.dequantize(m.n_in),
+            bt: bt.dequantize(m.n_out),
+            ..m.shape()
+        });
+        let bytes = layers.iter().flatten().map(|m| matrix_bytes(m.rank, m.n_in, m.n_out)).sum();
+        Lora { name: self.name.clone(), alpha: self.alpha, base: self.base, layers, bytes }
+    }
+}
+
+/// `f` of every matrix, layer by layer.
+fn per_matrix<T, U>(layers: &[Vec<T>], mut f: impl FnMut(&T) -> U) -> Vec<Vec<U>> {
+    layers.iter().map(|mats| mats.iter().map(&mut f).collect()).collect()
+}
+
+impl LoraMat {
+    /// Everything but the weights.
+    fn shape(&self) -> LoraMat {
+        LoraMat { a: Vec::new(), bt: Vec::new(), ..*self }
+    }
+}
+
+impl Lora {
+    /// Its warm-tier copy: every row in int8 with an f32 scale.
+    pub fn to_warm(&self) -> WarmLora {
+        let layers = per_matrix(&self.layers, |m| {
+            (m.shape(), Int8Rows::quantize(&m.a, m.n_in), Int8Rows::quantize(&m.bt, m.n_out))
+        });
+        let bytes =
+            layers.iter().flatten().map(|(m, ..)| matrix_bytes_int8(m.rank, m.n_in, m.n_out)).sum();
+        WarmLora { name: self.name.clone(), alpha: self.alpha, base: self.base, layers, bytes }
     }
 }
 
