@@ -12,6 +12,12 @@ Usage: bench_serve.py BASE_URL [--n 1,2,4,8] [--max-tokens 64] [--rounds 2] [--m
                       [--api-key KEY]
        bench_serve.py BASE_URL --long-prompt 2000 --n 2 --max-tokens 400
          (p95 inter-token time of 2 streams before and while a 2000-word prompt is read)
+       bench_serve.py BASE_URL --model BASE --adapters a,b,c,d,e,f,g,h --n 8
+         (LoRA, issue 15: per N, the bare model, then client i on model BASE:adapter_i; prints
+         both tables' rows and the ratio of aggregate tok/s. Each adapter is warmed up first,
+         so its load from disk is not measured. Serve with `snug serve --lora-dir DIR
+         --max-loras 8`; make the adapters with `scripts/make_lora.py BASE.gguf DIR --count 8
+         --rank 16 --targets q,k,v,o,gate,up,down`.)
 Standard library only.
 """
 
@@ -68,11 +74,14 @@ def one(base, model, prompt, max_tokens, out):
 
 
 def run(base, model, n, max_tokens, rounds):
+    """`model`: one name for every client, or a list (client i uses model[i % len])."""
     results = []
+    models = model if isinstance(model, list) else [model]
 
     def client(i):
         for r in range(rounds):
-            one(base, model, PROMPTS[(i + r * n) % len(PROMPTS)], max_tokens, results)
+            m = models[i % len(models)]
+            one(base, m, PROMPTS[(i + r * n) % len(PROMPTS)], max_tokens, results)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
     t0 = time.monotonic()
@@ -135,6 +144,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="")
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--adapters", default="",
+                    help="comma-separated adapter names: compare client i on MODEL:adapter_i "
+                    "with the bare MODEL (needs --model)")
     ap.add_argument("--long-prompt", type=int, default=0,
                     help="instead: p95 inter-token time of --n streams while a prompt of this "
                     "many words is read")
@@ -146,12 +158,30 @@ def main():
         return
     # Warm-up: page in the weights.
     one(a.base, a.model, PROMPTS[0], 4, [])
-    print("| clients | generated tokens | wall s | aggregate tok/s | TTFT median s | ITL median ms | ITL p95 ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    adapters = [f"{a.model}:{x}" for x in a.adapters.split(",") if x]
+    if adapters and not a.model:
+        ap.error("--adapters needs --model (the base model's name)")
+    for m in adapters:
+        t0 = time.monotonic()
+        one(a.base, m, PROMPTS[0], 4, [])
+        print(f"warm-up {m}: {time.monotonic() - t0:.2f} s (load from disk included)", flush=True)
+    print("| model | clients | generated tokens | wall s | aggregate tok/s | TTFT median s | ITL median ms | ITL p95 ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def row(label, r):
+        print(f"| {label} | {r['n']} | {r['tokens']} | {r['wall_s']} | {r['tok_s']} "
+              f"| {r['ttft_median_s']} | {r['itl_median_ms']} | {r['itl_p95_ms']} |", flush=True)
+
+    ratios = []
     for n in [int(x) for x in a.n.split(",")]:
-        r = run(a.base, a.model, n, a.max_tokens, a.rounds)
-        print(f"| {r['n']} | {r['tokens']} | {r['wall_s']} | {r['tok_s']} | {r['ttft_median_s']} "
-              f"| {r['itl_median_ms']} | {r['itl_p95_ms']} |", flush=True)
+        bare = run(a.base, a.model, n, a.max_tokens, a.rounds)
+        row("bare", bare)
+        if adapters:
+            lora = run(a.base, adapters, n, a.max_tokens, a.rounds)
+            row(f"{min(n, len(adapters))} adapters", lora)
+            ratios.append((n, lora["tok_s"] / bare["tok_s"] if bare["tok_s"] else 0.0))
+    for n, ratio in ratios:
+        print(f"N = {n}: adapters / bare aggregate tok/s = {ratio:.3f} (target >= 0.85)")
 
 
 if __name__ == "__main__":

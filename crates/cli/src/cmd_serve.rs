@@ -128,12 +128,15 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
 }
 
 /// Bytes an adapter takes converted (f32 `A` and `B`: 4 bytes per element of its `lora_a` and
-/// `lora_b` tensors), from its GGUF header alone.
+/// `lora_b` tensors), from its GGUF header alone, rounded up to whole pages of the store's pool
+/// (which holds an adapter in whole pages).
 fn hot_bytes(path: &std::path::Path) -> anyhow::Result<u64> {
     let f = gguf::GgufFile::open(path)
         .map_err(|e| anyhow::anyhow!("reading the adapter {}: {e}", path.display()))?;
     let lora = |n: &str| n.ends_with(".lora_a") || n.ends_with(".lora_b");
-    Ok(f.tensors.iter().filter(|t| lora(&t.name)).map(|t| 4 * t.n_elements()).sum())
+    let bytes: u64 = f.tensors.iter().filter(|t| lora(&t.name)).map(|t| 4 * t.n_elements()).sum();
+    let page = model::lora::store::STANDALONE_PAGE_BYTES as u64;
+    Ok(bytes.div_ceil(page).saturating_mul(page))
 }
 
 /// The plan's adapter share: `--max-loras` of the largest adapter in `--lora-dir` (files that

@@ -369,3 +369,35 @@ fn serve_lora_applies_the_adapter_to_every_request_by_default() {
     assert_eq!(st, 400, "{text}");
     assert!(text.contains("--lora-dir"), "{text}");
 }
+
+/// `--max-loras 1`: the adapter share holds one adapter, so two requests on two adapters at
+/// once cannot both have theirs hot; the second waits for the first to finish (no error) and
+/// each answers what it answers alone.
+#[test]
+fn a_request_waits_for_room_when_the_adapter_share_is_full() {
+    let base_model = common::model(ALIAS);
+    let dir = adapter_dir("share");
+    let dir_arg = dir.to_str().unwrap();
+    let mut args = vec!["--lora-dir", dir_arg, "--max-loras", "1", "--parallel", "2"];
+    args.extend(["--api-key", KEY]);
+    args.extend(COMMON);
+    let s = Server::start(&base_model, &args);
+    let (alone_qv, alone_mine) = (answer(&s, model("qv")), answer(&s, model("mine")));
+    let (qv, mine) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| answer(&s, model("qv")));
+        let b = sc.spawn(|| answer(&s, model("mine")));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!((qv, mine), (alone_qv, alone_mine));
+    let (_, metrics) = s.send("GET", "/metrics", Some(KEY), None).unwrap();
+    let evicted = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("snug_adapter_evictions_total")
+                || l.starts_with("snug_adapter_demotions_total")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(evicted > 0.0, "one adapter made room for the other:\n{metrics}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}

@@ -1,6 +1,7 @@
 //! Decode throughput of the forward pass alone with B sequences per step (B = 1, 2, 4, 8), like
 //! llama.cpp's `llama-batched-bench`: what the scheduler's batching can gain at most on this
-//! machine. `cargo run --release -p server --example batched_decode [MODEL] [STEPS]`.
+//! machine. `cargo run --release -p server --example batched_decode [MODEL] [STEPS] [B,B,..]`
+//! (batch sizes default to 1,2,4,8).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,8 +12,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "qwen2.5-coder-0.5b".into());
     let steps: usize = args.next().map_or(Ok(32), |s| s.parse())?;
+    let sizes: Vec<usize> = match args.next() {
+        Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![1, 2, 4, 8],
+    };
     let model = Arc::new(Model::load(hub::resolve(&name)?)?);
-    let n_seq = 8;
+    let n_seq = sizes.iter().copied().max().unwrap_or(1);
     let params = ContextParams {
         n_ctx: 256,
         n_seq_max: n_seq,
@@ -21,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..ContextParams::default()
     };
     println!("| sequences | step ms | aggregate tok/s |\n| --- | --- | --- |");
-    for b in [1, 2, 4, 8] {
+    for b in sizes {
         let mut ctx = Context::new(model.clone(), params);
         let mut batch = Batch::default();
         // A 16-token prompt per sequence, then `steps` decode steps of one token each.

@@ -30,6 +30,10 @@
 //! `--lora-dir` nothing can be added over HTTP. Names are `[A-Za-z0-9._-]`, 1 to 64 bytes, not
 //! starting with `.` or `-` ([`check_name`]).
 //!
+//! Tiers: an adapter nobody leased for [`IDLE`] steps down a tier (hot → warm → cold), checked
+//! every quarter of that on the blocking pool ([`demote_idle`]); the store also demotes by
+//! itself when it needs room for another.
+//!
 //! Cost per request: a lock and a scan of the registered names; acquiring a hot adapter is a
 //! refcount, a cold one is a file read and dequantization on the blocking pool.
 
@@ -278,7 +282,10 @@ impl Adapters {
     }
 
     /// Leases `set` on the blocking pool (a cold adapter is read and converted there, never on
-    /// the scheduler's thread) and computes its prefix-cache salt.
+    /// the scheduler's thread) and computes its prefix-cache salt. When the adapter share is
+    /// full of adapters running sequences pin, it waits for one to finish (retrying every
+    /// [`RETRY`], holding no lease meanwhile, so two sets cannot block each other), up to
+    /// [`WAIT`]; then a 503 with `Retry-After`. A client that leaves stops the wait.
     pub async fn lease(
         self: &Arc<Self>,
         style: Style,
@@ -287,15 +294,37 @@ impl Adapters {
         if set.is_empty() {
             return Ok(AdapterSet::default());
         }
+        let t0 = std::time::Instant::now();
+        loop {
+            match self.try_lease(style, set.clone()).await? {
+                Ok(got) => return Ok(got),
+                // Pages held by other adapters (pinned: the store evicts unpinned ones itself)
+                // come back as their requests end; with none held, it can never fit.
+                Err((_, LoraError::PoolFull { source, .. }))
+                    if source.adapter > 0 && t0.elapsed() < WAIT =>
+                {
+                    tokio::time::sleep(RETRY).await;
+                }
+                Err((name, e)) => return Err(lease_error(style, &name, e)),
+            }
+        }
+    }
+
+    /// One attempt at leasing `set` (all or none) on the blocking pool.
+    async fn try_lease(
+        self: &Arc<Self>,
+        style: Style,
+        set: Vec<(String, f32)>,
+    ) -> Result<Result<AdapterSet, (String, LoraError)>, ApiError> {
         let me = self.clone();
-        let got = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let mut leases = Vec::with_capacity(set.len());
             for (name, scale) in set {
                 let lease = me.store.acquire(&name).map_err(|e| (name, e))?;
                 leases.push((lease, scale));
             }
             let salt = me.store.salt(&leases);
-            Ok::<_, (String, LoraError)>(AdapterSet { leases, salt })
+            Ok(AdapterSet { leases, salt })
         })
         .await
         .map_err(|e| {
@@ -304,16 +333,6 @@ impl Adapters {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("loading adapters stopped: {e}"),
             )
-        })?;
-        got.map_err(|(name, e)| match e {
-            LoraError::Unknown(_) => {
-                Adapters::unknown(style, format!("adapter {name:?} was removed: {e}"))
-            }
-            e => ApiError::new(
-                style,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("adapter {name:?} does not load: {e}"),
-            ),
         })
     }
 
@@ -329,6 +348,58 @@ impl Adapters {
             "leases": a.leases,
             "default_scale": self.defaults().get(&a.name).copied().unwrap_or(0.0),
         })
+    }
+}
+
+/// Adapters nobody used for this long step down a tier (hot → warm → cold) ...
+pub const IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// ... checked this often, on the blocking pool (demoting to warm quantizes), for the server's
+/// life.
+pub async fn demote_idle(store: Arc<AdapterStore>) {
+    let mut tick = tokio::time::interval(IDLE / 4);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let s = store.clone();
+        // A failed demotion pass changes nothing; the next tick tries again.
+        let _ = tokio::task::spawn_blocking(move || s.demote_idle(IDLE)).await;
+    }
+}
+
+/// How long a request waits for room among the hot adapters ...
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// ... trying again this often.
+pub const RETRY: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// A failed lease in the API's shape: 404 for an adapter removed meanwhile, 503 with
+/// `Retry-After` when the adapter share stayed full for [`WAIT`], 500 for a file that no
+/// longer loads.
+fn lease_error(style: Style, name: &str, e: LoraError) -> ApiError {
+    match e {
+        LoraError::Unknown(_) => {
+            Adapters::unknown(style, format!("adapter {name:?} was removed: {e}"))
+        }
+        LoraError::PoolFull { ref source, .. } if source.adapter == 0 => ApiError::new(
+            style,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("adapter {name:?} is larger than the whole adapter share ({e}): serve with a larger --max-loras"),
+        ),
+        LoraError::PoolFull { .. } => {
+            let mut err = ApiError::new(
+                style,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("adapter {name:?} cannot be made hot: the adapters running requests use hold the whole adapter share ({e}); retry shortly, or serve with a larger --max-loras"),
+            )
+            .with_code("adapters_busy");
+            err.retry_after = Some(1);
+            err
+        }
+        e => ApiError::new(
+            style,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("adapter {name:?} does not load: {e}"),
+        ),
     }
 }
 

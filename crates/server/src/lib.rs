@@ -291,6 +291,7 @@ pub fn serve<R: 'static>(
             state.engine.queue,
             state.adapters.list().len()
         );
+        tokio::spawn(adapters::demote_idle(state.adapters.store.clone()));
         let app = api::router(state, opts.max_body);
         axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
         Ok(())

@@ -473,13 +473,13 @@ impl Scheduler {
             self.ctx.kv.seq_clear(slot);
             return 0;
         }
-        self.ctx.kv.prefix_adopt(slot, tokens)
+        self.ctx.kv.prefix_adopt(slot, tokens, 0)
     }
 
     /// [`model::kv::KvCache::prefix_register`] under the adapter set's `salt`.
     fn prefix_register(ctx: &mut Context, slot: usize, tokens: &[u32], salt: u64) {
         if salt == 0 {
-            ctx.kv.prefix_register(slot, tokens);
+            ctx.kv.prefix_register(slot, tokens, 0);
         }
     }
 
