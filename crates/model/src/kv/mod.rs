@@ -89,6 +89,8 @@ struct SeqKv {
     /// Leading full blocks offered to the prefix cache, and the chain key of the last of them.
     registered: usize,
     chain: u64,
+    /// The prefix-cache salt of the sequence's adapter set (0: none), where its chain starts.
+    salt: u64,
 }
 
 impl SeqKv {
@@ -103,6 +105,7 @@ impl SeqKv {
             staged: vec![f16::ZERO; n_layer * staged_layer],
             registered: 0,
             chain: 0,
+            salt: 0,
         }
     }
 }
@@ -420,7 +423,7 @@ impl KvCache {
         if s.registered * BLOCK_TOKENS > len {
             // Offered again from the start (the chain key of a shorter prefix is not kept).
             s.registered = 0;
-            s.chain = 0;
+            s.chain = s.salt;
         }
         let keep = len.div_ceil(BLOCK_TOKENS);
         // A block being filled past the cut is dropped; one cut in the middle is staged again by
@@ -481,10 +484,11 @@ impl KvCache {
         self.prefix.on
     }
 
-    /// Starts `seq` (emptied first) on the longest cached prefix of `tokens`, leaving at least
-    /// the last token to compute (its logits are needed): the positions now held, a multiple of
+    /// Starts `seq` (emptied first) on the longest prefix of `tokens` cached under `salt` (the
+    /// adapter set's, `lora::store::salt`; 0 for the bare model), leaving at least the last
+    /// token to compute (its logits are needed): the positions now held, a multiple of
     /// [`BLOCK_TOKENS`]. The blocks are shared, not copied.
-    pub fn prefix_adopt(&mut self, seq: SeqId, tokens: &[u32]) -> usize {
+    pub fn prefix_adopt(&mut self, seq: SeqId, tokens: &[u32], salt: u64) -> usize {
         if seq >= self.seqs.len() {
             return 0;
         }
@@ -499,7 +503,7 @@ impl KvCache {
             0
         };
         let mut s = SeqKv::new(self.n_layer, staged_layer);
-        let (found, chain) = self.prefix.lookup(tokens, max_blocks);
+        let (found, chain) = self.prefix.lookup(salt, tokens, max_blocks);
         if found.is_empty() {
             return 0;
         }
@@ -512,19 +516,27 @@ impl KvCache {
         s.registered = found.len();
         s.len = found.len() * BLOCK_TOKENS;
         s.chain = chain;
+        s.salt = salt;
         let len = s.len;
         self.seqs[seq] = Some(s);
         len
     }
 
-    /// Offers `seq`'s full blocks not yet offered to the prefix cache; `tokens` are the tokens
-    /// at its positions (at least its length of them).
-    pub fn prefix_register(&mut self, seq: SeqId, tokens: &[u32]) {
+    /// Offers `seq`'s full blocks not yet offered to the prefix cache, under `salt` (its
+    /// adapter set's, as for [`KvCache::prefix_adopt`]); `tokens` are the tokens at its
+    /// positions (at least its length of them).
+    pub fn prefix_register(&mut self, seq: SeqId, tokens: &[u32], salt: u64) {
         let Some(Some(s)) = self.seqs.get_mut(seq) else {
             return;
         };
         if !self.prefix.on || s.evicted {
             return;
+        }
+        if s.salt != salt {
+            // Another adapter set than the one its blocks were offered under: start over.
+            s.salt = salt;
+            s.registered = 0;
+            s.chain = salt;
         }
         let full = s.len.min(tokens.len()) / BLOCK_TOKENS;
         let mut blocks = Vec::with_capacity(self.n_layer);
@@ -539,7 +551,7 @@ impl KvCache {
                 }
             }
             let block = &tokens[b * BLOCK_TOKENS..(b + 1) * BLOCK_TOKENS];
-            self.prefix.insert(&mut self.pool, s.chain, block, &blocks);
+            self.prefix.insert(&mut self.pool, s.salt, s.chain, block, &blocks);
             s.chain = prefix::chain_key(s.chain, block);
             s.registered += 1;
         }

@@ -4,9 +4,11 @@
 //!
 //! Keys are a hash chain over [`BLOCK_TOKENS`]-token blocks (the cache's own block size, so one
 //! cached block is one pool block per layer and nothing is split or copied): block `i`'s key is
-//! `H(key of block i-1, tokens of block i)`, with 0 before block 0. An entry also keeps its
-//! parent's key and its tokens and a lookup compares both, so a hash collision is a miss, never
-//! another prompt's KV. An entry holds one pool block per layer and one reference on each (the
+//! `H(key of block i-1, tokens of block i)`, with the *salt* before block 0: 0 for the bare
+//! model, the adapter set's salt (`lora::store::salt`) otherwise, since KV computed under one
+//! adapter set is not what another computes. An entry also keeps its salt, its parent's key and
+//! its tokens and a lookup compares all three, so a hash collision is a miss, never another
+//! prompt's or another adapter's KV. An entry holds one pool block per layer and one reference on each (the
 //! pool's refcounts): a block lives while the cache or any sequence holds it. Sequences share
 //! only full blocks and write only past them; a write into a shared block (after a truncation)
 //! copies it first (`own_block`).
@@ -40,6 +42,7 @@ pub fn chain_key(parent: u64, tokens: &[u32]) -> u64 {
 }
 
 struct Entry {
+    salt: u64,
     parent: u64,
     tokens: [u32; BLOCK_TOKENS],
     /// [n_layer] one pool block per layer, each with one reference held by the cache.
@@ -73,15 +76,20 @@ impl PrefixCache {
         self.entries.is_empty()
     }
 
-    /// The blocks (per entry, per layer) of the longest cached chain that `tokens` starts with,
-    /// at most `max_blocks` long; each entry on it becomes the most recently used.
-    pub fn lookup(&mut self, tokens: &[u32], max_blocks: usize) -> (Vec<&[BlockId]>, u64) {
+    /// The blocks (per entry, per layer) of the longest chain cached under `salt` that `tokens`
+    /// starts with, at most `max_blocks` long; each entry on it becomes the most recently used.
+    pub fn lookup(
+        &mut self,
+        salt: u64,
+        tokens: &[u32],
+        max_blocks: usize,
+    ) -> (Vec<&[BlockId]>, u64) {
         let mut keys = Vec::new();
-        let mut key = 0;
+        let mut key = salt;
         for block in tokens.chunks_exact(BLOCK_TOKENS).take(max_blocks) {
             let k = chain_key(key, block);
             match self.entries.get(&k) {
-                Some(e) if e.parent == key && e.tokens[..] == *block => {
+                Some(e) if e.salt == salt && e.parent == key && e.tokens[..] == *block => {
                     keys.push(k);
                     key = k;
                 }
@@ -108,11 +116,13 @@ impl PrefixCache {
         self.entries.contains_key(&key)
     }
 
-    /// Caches `blocks` (one per layer) as the block after `parent` holding `tokens`, taking a
-    /// reference on each. Does nothing if the key is cached already.
+    /// Caches `blocks` (one per layer) as the block after `parent` (`salt` for the first block)
+    /// holding `tokens` under `salt`, taking a reference on each. Does nothing if the key is
+    /// cached already.
     pub fn insert(
         &mut self,
         pool: &mut BlockPool,
+        salt: u64,
         parent: u64,
         tokens: &[u32],
         blocks: &[BlockId],
@@ -129,7 +139,8 @@ impl PrefixCache {
         }
         self.tick += 1;
         self.lru.insert(self.tick, key);
-        self.entries.insert(key, Entry { parent, tokens, blocks: blocks.into(), tick: self.tick });
+        self.entries
+            .insert(key, Entry { salt, parent, tokens, blocks: blocks.into(), tick: self.tick });
     }
 
     /// Drops the least-recently-used entry no sequence shares, returning its blocks to the
@@ -203,22 +214,22 @@ mod tests {
         let mut c = PrefixCache::new(true);
         let (a, b) = (pool.alloc().unwrap(), pool.alloc().unwrap());
         let (t0, t1) = (toks(1), toks(2));
-        c.insert(&mut pool, 0, &t0, &[a]);
-        c.insert(&mut pool, chain_key(0, &t0), &t1, &[b]);
+        c.insert(&mut pool, 0, 0, &t0, &[a]);
+        c.insert(&mut pool, 0, chain_key(0, &t0), &t1, &[b]);
         // The sequence that computed them lets go: the cache alone holds them.
         pool.release(a);
         pool.release(b);
         assert_eq!(c.n_cached_only(&pool), 2);
         let prompt: Vec<u32> = t0.iter().chain(&t1).chain(&[7]).copied().collect();
-        let (found, _) = c.lookup(&prompt, 2);
+        let (found, _) = c.lookup(0, &prompt, 2);
         assert_eq!(found, vec![&[a][..], &[b][..]]);
-        let (found, _) = c.lookup(&prompt, 1);
+        let (found, _) = c.lookup(0, &prompt, 1);
         assert_eq!(found.len(), 1);
         // Another first block: no match at all, even where the second block's tokens agree.
         let other: Vec<u32> = toks(3).iter().chain(&t1).copied().collect();
-        assert!(c.lookup(&other, 2).0.is_empty());
+        assert!(c.lookup(0, &other, 2).0.is_empty());
         assert!(c.evict_one(&mut pool));
-        let (found, _) = c.lookup(&prompt, 2);
+        let (found, _) = c.lookup(0, &prompt, 2);
         assert_eq!(found, vec![&[a][..]], "the leaf went first");
         // Fill the pool: allocation evicts the rest.
         let ids: Vec<_> = (0..4).map(|_| alloc(&mut pool, &mut c).unwrap()).collect();
@@ -232,8 +243,8 @@ mod tests {
         let mut pool = BlockPool::new(64, 2, 0);
         let mut c = PrefixCache::new(true);
         let (a, b) = (pool.alloc().unwrap(), pool.alloc().unwrap());
-        c.insert(&mut pool, 0, &toks(1), &[a]);
-        c.insert(&mut pool, 0, &toks(2), &[b]);
+        c.insert(&mut pool, 0, 0, &toks(1), &[a]);
+        c.insert(&mut pool, 0, 0, &toks(2), &[b]);
         pool.release(b);
         // `a` is still held by its sequence: only `b` can go.
         assert!(c.evict_one(&mut pool));
@@ -241,5 +252,18 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c.clear(&mut pool), 0, "a's sequence still holds it");
         assert_eq!(pool.refs(a), 1);
+    }
+
+    #[test]
+    fn a_chain_cached_under_one_salt_misses_under_another() {
+        let mut pool = BlockPool::new(64, 2, 0);
+        let mut c = PrefixCache::new(true);
+        let a = pool.alloc().unwrap();
+        let t = toks(1);
+        c.insert(&mut pool, 5, 5, &t, &[a]);
+        let prompt: Vec<u32> = t.iter().chain(&[7]).copied().collect();
+        assert!(c.lookup(0, &prompt, 1).0.is_empty());
+        assert!(c.lookup(6, &prompt, 1).0.is_empty());
+        assert_eq!(c.lookup(5, &prompt, 1).0, vec![&[a][..]]);
     }
 }
