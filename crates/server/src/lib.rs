@@ -17,9 +17,17 @@
 //! ([`openapi`], the spec of every route, from the request structs), and Ollama's `/api/pull`,
 //! which fetches a known model into the cache without changing the served one.
 //!
+//! LoRA adapters ([`adapters`]): `BASE:ADAPTER` model names and llama-server's `lora` field pick
+//! a request's adapters, leased in the handler (a cold one loads on the blocking pool) and
+//! carried by the job; the scheduler applies them to that sequence only. `/v1/adapters` lists,
+//! adds (a file of `--lora-dir`, nothing else) and removes them; `/lora-adapters` is
+//! llama-server's list and default scales.
+//!
 //! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
 //! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
-//! with the served model's names, never opened ([`ModelCard::matches`]). Cost of the HTTP side:
+//! with the served model's and the registered adapters' names, never opened
+//! ([`ModelCard::matches`]); an adapter file named over HTTP is confined to `--lora-dir`
+//! ([`adapters::confine`]). Cost of the HTTP side:
 //! a template render and a tokenization per request, a small JSON encode per text piece.
 
 pub mod adapters;
