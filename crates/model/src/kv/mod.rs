@@ -563,9 +563,49 @@ impl KvCache {
         self.prefix.clear(&mut self.pool)
     }
 
+    /// The page pool this cache shares with the adapter store
+    /// (`lora::AdapterStore::with_pool`), made on the first call: pages of one KV block, as
+    /// many as the cache's blocks plus `adapter_bytes` (the plan's adapter share) rounded down
+    /// to whole pages. Every block held is charged to it from then on.
+    pub fn share_pool(&mut self, adapter_bytes: usize) -> std::sync::Arc<pool::PagePool> {
+        if let Some(shared) = self.pool.shared() {
+            return std::sync::Arc::clone(shared);
+        }
+        let page = self.pool.block_bytes();
+        let shared = pool::PagePool::new(page, self.pool.capacity(), adapter_bytes / page.max(1));
+        // A fresh pool has room for every block the cache can hold.
+        let attached = self.attach_pool(std::sync::Arc::clone(&shared));
+        debug_assert!(attached.is_ok(), "{attached:?}");
+        shared
+    }
+
+    /// Charges this cache's blocks to `shared`, whose pages must be [`KvCache::block_bytes`]
+    /// (a pool the caller sized, e.g. smaller than the cache's own capacity).
+    pub fn attach_pool(
+        &mut self,
+        shared: std::sync::Arc<pool::PagePool>,
+    ) -> Result<(), ModelError> {
+        if shared.page_bytes() != self.pool.block_bytes() {
+            return Err(ModelError::Unsupported(format!(
+                "the pool's pages are {} bytes, the KV cache's blocks {}",
+                shared.page_bytes(),
+                self.pool.block_bytes()
+            )));
+        }
+        self.pool.attach(shared).map_err(|e| ModelError::Unsupported(e.to_string()))
+    }
+
+    /// Bytes of one block: one layer's keys and values of [`BLOCK_TOKENS`] tokens.
+    pub fn block_bytes(&self) -> usize {
+        self.pool.block_bytes()
+    }
+
     /// Blocks used by sequences, free, and held by the prefix cache alone.
     pub fn block_stats(&self) -> BlockStats {
         let cached = self.prefix.n_cached_only(&self.pool);
+        if let Some(shared) = self.pool.shared() {
+            shared.set_prefix_cached(cached);
+        }
         let held = self.pool.n_used();
         BlockStats { used: held - cached, free: self.pool.capacity() - held, cached }
     }

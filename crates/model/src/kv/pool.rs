@@ -2,6 +2,11 @@
 //! so only pages a block has touched cost RSS), a warm free list reused first, and past a
 //! high-water mark of warm blocks, freed blocks hand their whole pages back to the OS
 //! (`MADV_DONTNEED`). Blocks are reference-counted so sequences can share a prefix.
+//!
+//! [`PagePool`] is the page ledger the KV blocks share with the LoRA adapter store
+//! (`KvCache::share_pool`): once attached, a block taken from the free lists charges one page and
+//! a block whose last owner lets go gives it back (one uncontended lock per block, never per
+//! token or per read: block bytes are read and written through the mapping without it).
 
 use crate::ModelError;
 
@@ -27,6 +32,8 @@ pub struct BlockPool {
     /// Most warm blocks kept; beyond this, freed blocks are returned to the OS.
     warm_max: usize,
     page: usize,
+    /// The shared ledger each held block is charged to (`None`: the KV cache alone).
+    shared: Option<std::sync::Arc<PagePool>>,
 }
 
 // SAFETY: the pool owns its mapping exclusively; the bytes are only written through `&mut self`
@@ -72,7 +79,21 @@ impl BlockPool {
             refs: vec![0; capacity],
             warm_max,
             page,
+            shared: None,
         }
+    }
+
+    /// Charges every block held now and later to `shared` (pages of [`BlockPool::block_bytes`]).
+    pub fn attach(&mut self, shared: std::sync::Arc<PagePool>) -> Result<(), PoolFull> {
+        shared.alloc(Content::Kv, self.n_used())?;
+        if let Some(old) = self.shared.replace(shared) {
+            old.free(Content::Kv, self.n_used());
+        }
+        Ok(())
+    }
+
+    pub fn shared(&self) -> Option<&std::sync::Arc<PagePool>> {
+        self.shared.as_ref()
     }
 
     pub fn block_bytes(&self) -> usize {
@@ -99,12 +120,18 @@ impl BlockPool {
 
     /// Takes a free block (reference count 1). Its bytes are unspecified.
     pub fn alloc(&mut self) -> Result<BlockId, ModelError> {
+        if let Some(shared) = &self.shared {
+            shared.alloc(Content::Kv, 1).map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        }
         let id = if let Some(id) = self.warm.pop().or_else(|| self.cold.pop()) {
             id
         } else if self.n_fresh < self.capacity {
             self.n_fresh += 1;
             (self.n_fresh - 1) as BlockId
         } else {
+            if let Some(shared) = &self.shared {
+                shared.free(Content::Kv, 1);
+            }
             return Err(ModelError::Unsupported(format!(
                 "the KV cache is full: all {} blocks of {} bytes are in use; use a larger --ctx, fewer sequences or a --window",
                 self.capacity, self.block_bytes
@@ -126,6 +153,9 @@ impl BlockPool {
         *r = r.saturating_sub(1);
         if *r > 0 {
             return;
+        }
+        if let Some(shared) = &self.shared {
+            shared.free(Content::Kv, 1);
         }
         if self.warm.len() < self.warm_max {
             self.warm.push(id);
@@ -179,6 +209,9 @@ impl BlockPool {
 
 impl Drop for BlockPool {
     fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.free(Content::Kv, self.n_used());
+        }
         if !self.base.is_null() {
             // SAFETY: unmaps exactly the mapping created in `new`; no references outlive `self`.
             unsafe { libc::munmap(self.base as *mut libc::c_void, self.map_len) };

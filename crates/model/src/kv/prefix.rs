@@ -15,8 +15,9 @@
 //!
 //! Eviction: when the pool has no free block, the least-recently-used entry whose blocks no
 //! sequence holds is dropped (its blocks go back to the pool) and the allocation is retried.
-//! A lookup touches its chain from the end back to the root, so parents are always more recent
-//! than their children and chains shrink from the leaves. [`PrefixCache::clear`] drops every
+//! Only leaves are dropped (an entry counts its cached children), so chains shrink from the
+//! leaves and no cached block is left unreachable; a lookup touches its chain from the end back
+//! to the root. [`PrefixCache::clear`] drops every
 //! entry (memory pressure sheds the cache before anything else).
 //!
 //! Sliding windows: a windowed layer frees blocks a query can no longer see, so such a block
@@ -49,6 +50,9 @@ struct Entry {
     blocks: Box<[BlockId]>,
     /// Last use, for LRU order.
     tick: u64,
+    /// Cached entries whose parent this is: only a leaf (0) is evicted, so a chain never loses
+    /// a block its cached children need.
+    children: u32,
 }
 
 /// Cached full blocks by chain key (see the module doc).
@@ -139,24 +143,29 @@ impl PrefixCache {
         }
         self.tick += 1;
         self.lru.insert(self.tick, key);
-        self.entries
-            .insert(key, Entry { salt, parent, tokens, blocks: blocks.into(), tick: self.tick });
+        if let Some(p) = self.entries.get_mut(&parent) {
+            p.children += 1;
+        }
+        let e = Entry { salt, parent, tokens, blocks: blocks.into(), tick: self.tick, children: 0 };
+        self.entries.insert(key, e);
     }
 
-    /// Drops the least-recently-used entry no sequence shares, returning its blocks to the
+    /// Drops the least-recently-used leaf entry no sequence shares, returning its blocks to the
     /// pool. False when there is none.
     pub fn evict_one(&mut self, pool: &mut BlockPool) -> bool {
-        let Some((&tick, &key)) = self
-            .lru
-            .iter()
-            .find(|(_, k)| self.entries[*k].blocks.iter().all(|&id| pool.refs(id) == 1))
-        else {
+        let Some((&tick, &key)) = self.lru.iter().find(|(_, k)| {
+            let e = &self.entries[*k];
+            e.children == 0 && e.blocks.iter().all(|&id| pool.refs(id) == 1)
+        }) else {
             return false;
         };
         self.lru.remove(&tick);
         if let Some(e) = self.entries.remove(&key) {
             for &id in e.blocks.iter() {
                 pool.release(id);
+            }
+            if let Some(p) = self.entries.get_mut(&e.parent) {
+                p.children = p.children.saturating_sub(1);
             }
         }
         true
@@ -186,17 +195,42 @@ impl PrefixCache {
     }
 }
 
-/// A free block, evicting least-recently-used cached blocks while the pool has none.
+/// A free block, evicting least-recently-used cached blocks while the pool has none. In a
+/// shared [`super::pool::PagePool`] past its start mark, it then gives pages back down to the
+/// stop mark: cached blocks first, then unpinned adapters (the pool's evictors); blocks of
+/// running sequences are never taken.
 pub fn alloc(pool: &mut BlockPool, cache: &mut PrefixCache) -> Result<BlockId, crate::ModelError> {
-    loop {
+    let id = loop {
         match pool.alloc() {
-            Ok(id) => return Ok(id),
+            Ok(id) => break id,
             Err(e) => {
                 if !cache.evict_one(pool) {
                     return Err(e);
                 }
             }
         }
+    };
+    if let Some(shared) = pool.shared().cloned() {
+        relieve(pool, cache, &shared);
+    }
+    Ok(id)
+}
+
+/// Gives back the pages `shared` wants (its hysteresis): cached blocks, then adapters.
+fn relieve(pool: &mut BlockPool, cache: &mut PrefixCache, shared: &super::pool::PagePool) {
+    let mut want = shared.shed_wanted();
+    if want == 0 {
+        return;
+    }
+    let before = pool.n_used();
+    while want > 0 && cache.evict_one(pool) {
+        want = shared.shed_wanted();
+    }
+    let freed = before - pool.n_used();
+    shared.count_evicted(super::pool::Content::Kv, freed);
+    shared.set_prefix_cached(cache.n_cached_only(pool));
+    if want > 0 {
+        shared.call_evictors(want);
     }
 }
 

@@ -140,6 +140,19 @@ impl Slot {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The slot's lock; without `wait`, `None` when another thread holds it (a load or a
+    /// quantization under way), so the scheduler's thread never waits for one.
+    fn lock_if(&self, wait: bool) -> Option<MutexGuard<'_, (Held, usize)>> {
+        if wait {
+            return Some(self.lock());
+        }
+        match self.held.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     fn touch(&self) {
         self.last_use.store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
@@ -294,7 +307,7 @@ impl AdapterStore {
 
     /// Every registered adapter, sorted by name.
     pub fn list(&self) -> Vec<AdapterInfo> {
-        self.shared.slots().values().map(|s| info(s)).collect()
+        self.shared.all().iter().map(|s| info(s)).collect()
     }
 
     /// The registered adapter `name`, hot and pinned. Blocks while it is loaded (from the warm
@@ -360,8 +373,8 @@ impl AdapterStore {
     pub fn demote_idle(&self, idle: Duration) -> usize {
         let now = self.shared.epoch.elapsed().as_nanos() as u64;
         let idle = idle.as_nanos() as u64;
-        let slots: Vec<_> = self.shared.slots().values().cloned().collect();
-        slots
+        self.shared
+            .all()
             .iter()
             .filter(|s| now.saturating_sub(s.last_use.load(Ordering::Relaxed)) >= idle)
             .filter(|s| self.shared.demote(s, true).is_some())
@@ -381,7 +394,7 @@ impl AdapterStore {
             pool: self.shared.pool.stats(),
             ..StoreStats::default()
         };
-        for s in self.shared.slots().values() {
+        for s in self.shared.all() {
             st.registered += 1;
             match s.lock().0.tier() {
                 Tier::Hot => st.hot += 1,
@@ -421,6 +434,11 @@ fn info(s: &Slot) -> AdapterInfo {
 impl Shared {
     fn slots(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every slot, taken out of the map so that no slot is locked under the map's lock.
+    fn all(&self) -> Vec<Arc<Slot>> {
+        self.slots().values().cloned().collect()
     }
 
     fn count_hit(&self, t: Tier) {
@@ -477,12 +495,12 @@ impl Shared {
     /// Returns the pages freed.
     fn shed(&self, pages: usize, quantize: bool, except: Option<&Slot>) -> usize {
         let mut cands: Vec<(u8, u64, std::cmp::Reverse<usize>, Arc<Slot>)> = self
-            .slots()
-            .values()
-            .filter(|s| except.is_none_or(|e| !std::ptr::eq(e, &***s)))
+            .all()
+            .into_iter()
+            .filter(|s| except.is_none_or(|e| !std::ptr::eq(e, &**s)))
             .filter(|s| s.pins.load(Ordering::SeqCst) == 0)
             .filter_map(|s| {
-                let (rank, pages) = match &*s.lock() {
+                let (rank, pages) = match &*s.lock_if(quantize)? {
                     (Held::Warm(_), p) => (0, *p),
                     (Held::Hot(_), p) => (1, *p),
                     _ => return None,
@@ -491,7 +509,7 @@ impl Shared {
                     rank,
                     s.last_use.load(Ordering::Relaxed),
                     std::cmp::Reverse(pages),
-                    Arc::clone(s),
+                    Arc::clone(&s),
                 ))
             })
             .collect();
@@ -507,8 +525,10 @@ impl Shared {
     }
 
     /// One tier down for an unpinned `slot`; returns the pages freed, `None` if it stayed.
+    /// Without `quantize` (the KV cache's thread), a hot adapter goes straight to cold and a
+    /// slot busy elsewhere is skipped.
     fn demote(&self, slot: &Slot, quantize: bool) -> Option<usize> {
-        let mut g = slot.lock();
+        let mut g = slot.lock_if(quantize)?;
         if slot.pins.load(Ordering::SeqCst) != 0 {
             return None;
         }
