@@ -233,6 +233,10 @@ pub const EVICT_START_PERMILLE: usize = 900;
 /// ...and stop once it is down to this.
 pub const EVICT_STOP_PERMILLE: usize = 800;
 
+/// One allocation in this many is timed for the latency histogram (reading the clock twice
+/// would double the cost of an allocation).
+pub const ALLOC_LATENCY_SAMPLE: u32 = 16;
+
 /// Upper bounds (ns) of the allocation-latency histogram's buckets; the last bucket is open.
 pub const ALLOC_LATENCY_BUCKETS_NS: [u64; 8] =
     [50, 100, 250, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
@@ -261,6 +265,7 @@ pub struct PagePool {
     ledger: std::sync::Mutex<Ledger>,
     evictions: [std::sync::atomic::AtomicU64; 2],
     latency: [std::sync::atomic::AtomicU64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
+    allocs: std::sync::atomic::AtomicU32,
     evictors: std::sync::Mutex<Vec<std::sync::Weak<dyn Evictor>>>,
 }
 
@@ -286,7 +291,8 @@ pub struct PoolStats {
     pub adapter: usize,
     /// Pages freed by eviction: `[kv (prefix cache), adapter]`.
     pub evictions: [u64; 2],
-    /// Allocation count per [`ALLOC_LATENCY_BUCKETS_NS`] bucket (the last: slower than all).
+    /// Timed allocations (one in [`ALLOC_LATENCY_SAMPLE`]) per [`ALLOC_LATENCY_BUCKETS_NS`]
+    /// bucket (the last: slower than all).
     pub alloc_latency: [u64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
 }
 
@@ -318,6 +324,7 @@ impl PagePool {
             ledger: std::sync::Mutex::new(Ledger::default()),
             evictions: Default::default(),
             latency: Default::default(),
+            allocs: Default::default(),
             evictors: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -347,7 +354,11 @@ impl PagePool {
 
     /// Charges `n` pages to `what`, or says what holds the pool.
     pub fn alloc(&self, what: Content, n: usize) -> Result<(), PoolFull> {
-        let t = std::time::Instant::now();
+        let timed = self
+            .allocs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(ALLOC_LATENCY_SAMPLE);
+        let t = timed.then(std::time::Instant::now);
         let mut l = self.ledger();
         let used = l.used[0] + l.used[1];
         let limit = match what {
@@ -373,10 +384,12 @@ impl PagePool {
             l.evicting = true;
         }
         drop(l);
-        let ns = t.elapsed().as_nanos() as u64;
-        let b = ALLOC_LATENCY_BUCKETS_NS.iter().position(|&hi| ns <= hi);
-        self.latency[b.unwrap_or(ALLOC_LATENCY_BUCKETS_NS.len())]
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = t {
+            let ns = t.elapsed().as_nanos() as u64;
+            let b = ALLOC_LATENCY_BUCKETS_NS.iter().position(|&hi| ns <= hi);
+            self.latency[b.unwrap_or(ALLOC_LATENCY_BUCKETS_NS.len())]
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
     }
 
