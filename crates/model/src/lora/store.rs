@@ -1,6 +1,16 @@
 //! The adapter store: every adapter a server can apply, by name, in three tiers under the pool's
 //! adapter share, handed out as leases that pin them.
 //!
+//! API beyond the agreed one: [`AdapterStore::with_pool`] (the store on the pool the KV cache
+//! shares: `let pool = ctx.kv.share_pool(budget); AdapterStore::with_pool(&cfg, pool)`; with
+//! [`AdapterStore::new`] the store has a pool of its own and only the ledger's hysteresis is not
+//! shared with the KV cache), [`AdapterStore::demote_idle`], [`AdapterStore::pool`], and
+//! [`salt`] as a free function beside the method. Hot weights live on the heap, not in pages of
+//! the KV mapping: a page of the pool is a unit of account (the KV block's size) that both
+//! draw from under one capacity, so eviction, pinning and the plan's budget are shared, while
+//! BGMV keeps reading contiguous `Vec<f32>` rows. Warm adapters are promoted before use (BGMV
+//! has no int8 path yet).
+//!
 //! - **Cold**: registered. The file is mapped and every tensor was checked against the model
 //!   ([`AdapterStore::register`]); no pool page is held.
 //! - **Warm**: every matrix's rows in int8 with an f32 scale per row ([`WarmLora`],
