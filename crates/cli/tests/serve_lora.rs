@@ -132,7 +132,7 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
     assert_ne!(run_mine, run_base, "the adapter changes the greedy answer");
 
     let dir_arg = dir.to_str().unwrap();
-    let mut args = vec!["--lora-dir", dir_arg, "--parallel", "3", "--api-key", KEY];
+    let mut args = vec!["--lora-dir", dir_arg, "--parallel", "5", "--api-key", KEY];
     args.extend(COMMON);
     let s = Server::start(&base_model, &args);
 
@@ -152,24 +152,28 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
     assert_eq!(answer(&s, json!({"lora": [{"id": 1, "scale": 1.0}]})), run_qv);
     assert_eq!(answer(&s, json!({"lora": [{"id": 0, "scale": 0.0}]})), run_base);
 
-    // All at once, twice each: every answer is its alone answer.
+    // Four adapter sets and none, all at once (one batch), twice over: every answer is its
+    // alone answer.
+    let sets = [
+        json!({ "model": ALIAS }),
+        model("qv"),
+        model("mine"),
+        json!({"lora": [{"id": 1, "scale": 0.5}]}),
+        json!({"lora": [{"id": 0, "scale": 2.0}, {"id": 1, "scale": 1.0}]}),
+    ];
+    let alone: Vec<String> = sets.iter().map(|b| answer(&s, b.clone())).collect();
+    assert_eq!(alone[..3], [alone_base.clone(), alone_qv.clone(), alone_mine.clone()]);
+    for (i, a) in alone.iter().enumerate() {
+        assert!(alone[..i].iter().all(|b| b != a), "set {i} answers differently from the others");
+    }
     let url_s = &s;
-    let answers: Vec<(String, String)> = std::thread::scope(|sc| {
-        let jobs: Vec<_> = [("", &alone_base), ("qv", &alone_qv), ("mine", &alone_mine)]
-            .into_iter()
-            .cycle()
-            .take(6)
-            .map(|(a, want)| {
-                sc.spawn(move || {
-                    let m = if a.is_empty() { json!({"model": ALIAS}) } else { model(a) };
-                    (answer(url_s, m), want.clone())
-                })
-            })
-            .collect();
-        jobs.into_iter().map(|j| j.join().unwrap()).collect()
-    });
-    for (got, want) in answers {
-        assert_eq!(got, want, "a request beside others answers as alone");
+    for _ in 0..2 {
+        let together: Vec<String> = std::thread::scope(|sc| {
+            let jobs: Vec<_> =
+                sets.iter().map(|b| sc.spawn(move || answer(url_s, b.clone()))).collect();
+            jobs.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        assert_eq!(together, alone, "requests in one batch answer as alone");
     }
 
     // Ollama's route takes BASE:ADAPTER too.
@@ -281,6 +285,10 @@ fn adapters_are_listed_added_removed_and_confined_over_http() {
         .as_str()
         .unwrap()
         .contains("nosuch"));
+    for (m, want) in [("nosuch", 404), ("qv", 200)] {
+        let body = json!({ "model": format!("{ALIAS}:{m}") }).to_string();
+        assert_eq!(s.send("POST", "/api/show", Some(KEY), Some(&body)).unwrap().0, want, "{m}");
+    }
     let (st, v) = chat(&s, json!({"lora": [{"id": 7, "scale": 1.0}]}));
     assert_eq!(st, 404);
     assert!(error_message(&v).contains("id 7"), "{v}");

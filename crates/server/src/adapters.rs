@@ -233,6 +233,17 @@ impl Adapters {
         ApiError::new(style, StatusCode::NOT_FOUND, what).with_code("adapter_not_found")
     }
 
+    /// `Ok` if `name` is in `list`, else a 404 naming it.
+    pub fn require(style: Style, list: &[AdapterInfo], name: &str) -> Result<(), ApiError> {
+        if list.iter().any(|a| a.name == name) {
+            return Ok(());
+        }
+        Err(Adapters::unknown(
+            style,
+            format!("adapter {name:?} is not registered here (GET /v1/adapters lists them)"),
+        ))
+    }
+
     /// The adapters and scales a request runs with (see the module doc), by name.
     pub fn select(
         &self,
@@ -243,12 +254,7 @@ impl Adapters {
         let list = self.list();
         let mut set: Vec<(String, f32)> = Vec::new();
         if let Some(n) = named {
-            if !list.iter().any(|a| a.name == n) {
-                return Err(Adapters::unknown(
-                    style,
-                    format!("adapter {n:?} is not registered here (GET /v1/adapters lists them)"),
-                ));
-            }
+            Adapters::require(style, &list, n)?;
             set.push((n.to_string(), 1.0));
         }
         match lora {

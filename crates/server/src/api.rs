@@ -298,9 +298,9 @@ async fn openapi(State(st): Shared) -> Response {
 
 impl AppState {
     /// The adapter `asked` names, if any: `Ok(None)` if it (absent or empty: the served model)
-    /// names the served model, `Ok(Some(adapter))` for `BASE:ADAPTER`, else a 404 in the API's
-    /// shape that names the model served. The adapter's name is checked only against the
-    /// registered ones, later ([`adapters::Adapters::select`]).
+    /// names the served model, `Ok(Some(adapter))` for `BASE:ADAPTER` with ADAPTER registered,
+    /// else a 404 in the API's shape that names the model (or adapter) asked for. A name is only
+    /// ever compared with the served and registered names.
     pub fn check_model(
         &self,
         style: Style,
@@ -315,6 +315,7 @@ impl AppState {
         if let Some(i) = split {
             let adapter = &a[i + 1..];
             if !adapter.is_empty() {
+                adapters::Adapters::require(style, &self.adapters.list(), adapter)?;
                 return Ok(Some(adapter.to_string()));
             }
         }

@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use model::lora::AdapterStore;
 use model::{Context, ContextParams, Model};
 use tokenizer::{ChatTemplate, Tokenizer};
 
@@ -107,12 +108,25 @@ pub enum ServeError {
     Adapter(String),
 }
 
-/// The adapter store for `model` with `opts`' adapters registered: every `*.gguf` of
-/// `--lora-dir` (a file that is not a usable adapter is skipped with a warning on stderr) and
-/// each `--lora` file (an error if it does not load or its stem names another file), the
-/// latter with their default scales.
-pub fn open_adapters(model: &Model, opts: &ServeOptions) -> Result<adapters::Adapters, ServeError> {
-    let store = Arc::new(model::lora::AdapterStore::new(&model.config, opts.adapter_budget));
+/// The adapter store of a server with `opts`: when it serves adapters, one taking its pages
+/// from the context's KV page pool (the plan's adapter share of it), so adapters and KV blocks
+/// are one pool; else an empty one. Called on the scheduler thread, beside the context.
+fn adapter_store(ctx: &mut Context, opts: &ServeOptions) -> Arc<AdapterStore> {
+    let cfg = ctx.config().clone();
+    if opts.lora_dir.is_none() && opts.loras.is_empty() {
+        return Arc::new(AdapterStore::new(&cfg, 0));
+    }
+    let pool = ctx.kv.share_pool(opts.adapter_budget);
+    Arc::new(AdapterStore::with_pool(&cfg, pool))
+}
+
+/// `store` with `opts`' adapters registered: every `*.gguf` of `--lora-dir` (a file that is
+/// not a usable adapter is skipped with a warning on stderr) and each `--lora` file (an error
+/// if it does not load or its stem names another file), the latter with their default scales.
+pub fn open_adapters(
+    store: Arc<AdapterStore>,
+    opts: &ServeOptions,
+) -> Result<adapters::Adapters, ServeError> {
     let stem =
         |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(dir) = &opts.lora_dir {
@@ -262,18 +276,24 @@ pub fn serve<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
     let card = ModelCard::new(&opts.name, path, &model);
-    let adapters = Arc::new(open_adapters(&model, &opts)?);
     let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
-    let metrics = metrics::Metrics::new(&counters, opts.budget, adapters.store.clone());
+    let mut metrics = metrics::Metrics::new(&counters, opts.budget);
     let shed = scheduler::Shed::default();
     let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
+    let (store_tx, store_rx) = std::sync::mpsc::channel();
+    let store_opts = opts.clone();
     let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
-        let ctx = Context::new(model, params);
+        let mut ctx = Context::new(model, params);
+        let _ = store_tx.send(adapter_store(&mut ctx, &store_opts));
         let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
         Ok((ctx, keep))
     })?;
+    // Sent before the context's `attach`, which `spawn_with_shed` waited for.
+    let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
+    metrics.set_store(store.clone());
+    let adapters = Arc::new(open_adapters(store, &opts)?);
     let state = Arc::new(AppState {
         engine,
         tok,

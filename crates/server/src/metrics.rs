@@ -151,14 +151,14 @@ pub struct Metrics {
     pub pressure_events: Counter,
     /// Generation requests by adapter name.
     adapter_requests: Family<AdapterLabels, Counter>,
-    store: Arc<AdapterStore>,
+    store: Option<Arc<AdapterStore>>,
     store_metrics: StoreMetrics,
 }
 
 impl Metrics {
     /// A registry over the scheduler's `counters`, the HTTP request counts and the process's
     /// memory against `budget` bytes (the plan's budget; 0 if unknown).
-    pub fn new(counters: &Counters, budget: u64, store: Arc<AdapterStore>) -> Metrics {
+    pub fn new(counters: &Counters, budget: u64) -> Metrics {
         let mut registry = Registry::with_prefix("snug");
         let requests = Family::<RouteLabels, Counter>::default();
         let rss = Gauge::default();
@@ -198,7 +198,20 @@ impl Metrics {
         }
         let store_metrics = StoreMetrics::default();
         store_metrics.register(&mut registry);
-        Metrics { registry, requests, rss, pressure_events, adapter_requests, store, store_metrics }
+        Metrics {
+            registry,
+            requests,
+            rss,
+            pressure_events,
+            adapter_requests,
+            store: None,
+            store_metrics,
+        }
+    }
+
+    /// The adapter store whose numbers (and its pool's) each scrape reports.
+    pub fn set_store(&mut self, store: Arc<AdapterStore>) {
+        self.store = Some(store);
     }
 
     /// Counts a generation request on adapter `name`.
@@ -215,7 +228,9 @@ impl Metrics {
         if let Some(rss) = memory::probe::self_rss() {
             self.rss.set(rss.min(i64::MAX as u64) as i64);
         }
-        self.store_metrics.refresh(&self.store.stats());
+        if let Some(store) = &self.store {
+            self.store_metrics.refresh(&store.stats());
+        }
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -303,9 +303,8 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
 pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Generate::decode(&body_bytes(S, body)?)?;
-        let named = st.check_model(S, req.model.as_deref())?;
+        st.check_model(S, req.model.as_deref())?;
         if req.prompt.is_empty() {
-            st.adapters.select(S, named.as_deref(), None)?;
             // Ollama's way to load a model: it is loaded.
             let mut v = record(Kind::Generate, &st.card.name, "", true);
             v["done_reason"] = json!("load");

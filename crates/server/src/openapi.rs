@@ -466,6 +466,22 @@ mod tests {
         assert!(d["paths"]["/metrics"]["get"]["responses"]["401"].is_object());
     }
 
+    #[test]
+    fn adapter_routes_and_the_lora_field_are_described() {
+        let d = doc();
+        let p = &d["paths"];
+        assert!(p["/v1/adapters"]["get"].is_object() && p["/lora-adapters"]["get"].is_object());
+        assert!(p["/v1/adapters"]["post"]["responses"]["201"].is_object());
+        assert!(p["/v1/adapters"]["post"]["responses"]["409"].is_object());
+        let del = &p["/v1/adapters/{name}"]["delete"];
+        assert!(del["responses"]["204"].is_object() && del["responses"]["404"].is_object());
+        assert_eq!(del["parameters"][0]["in"], "path");
+        let s = &d["components"]["schemas"];
+        assert_eq!(s["AdapterAddRequest"]["required"], json!(["file"]));
+        assert!(s["OpenAiChatRequest"]["properties"]["lora"].is_object());
+        assert_eq!(s["LoraScale"]["required"], json!(["id", "scale"]));
+    }
+
     /// Schemathesis found it: a server without an API key documented bearer authentication as
     /// required, and then accepted every request without the header.
     #[test]

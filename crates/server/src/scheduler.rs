@@ -33,6 +33,13 @@
 //! can differ in the last bits where attention splits keys across threads (see above), so a
 //! follow-up turn that reuses an answer's blocks is equal to its cold run only as far as that.
 //!
+//! LoRA adapters: a job carries its adapter set already leased (the HTTP side loads cold ones
+//! off this thread, [`crate::adapters`]); admission hands the set to `Context::set_adapters` for
+//! the job's slot and release clears it, dropping the leases with the job. A batch mixes
+//! sequences on different adapters and on none. The prefix cache keys a sequence's blocks by
+//! its set's salt ([`model::lora::AdapterStore::salt`], 0 for none), so KV computed under one
+//! adapter set is only ever reused under the same set.
+//!
 //! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
@@ -466,23 +473,6 @@ impl Scheduler {
         }
     }
 
-    /// [`model::kv::KvCache::prefix_adopt`] under the adapter set's `salt`.
-    fn prefix_adopt(&mut self, slot: usize, tokens: &[u32], salt: u64) -> usize {
-        if salt != 0 {
-            // Until the cache is keyed by adapter, adapter sequences neither share nor offer.
-            self.ctx.kv.seq_clear(slot);
-            return 0;
-        }
-        self.ctx.kv.prefix_adopt(slot, tokens, 0)
-    }
-
-    /// [`model::kv::KvCache::prefix_register`] under the adapter set's `salt`.
-    fn prefix_register(ctx: &mut Context, slot: usize, tokens: &[u32], salt: u64) {
-        if salt == 0 {
-            ctx.kv.prefix_register(slot, tokens, 0);
-        }
-    }
-
     /// Drops the prefix cache if [`Handle::shed_prefix_cache`] asked for it.
     fn shed_if_asked(&mut self) {
         if self.shed.take() {
@@ -548,7 +538,7 @@ impl Scheduler {
                 continue;
             }
             self.shed_if_asked();
-            let hit = self.prefix_adopt(slot, &job.prompt, job.adapters.salt);
+            let hit = self.ctx.kv.prefix_adopt(slot, &job.prompt, job.adapters.salt);
             self.counters.prefix_hit_tokens.inc_by(hit as u64);
             self.slots[slot] = Some(Seq {
                 sampler,
@@ -656,7 +646,7 @@ impl Scheduler {
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                Self::prefix_register(&mut self.ctx, s, &q.tokens, q.job.adapters.salt);
+                self.ctx.kv.prefix_register(s, &q.tokens, q.job.adapters.salt);
             }
         }
         self.publish_blocks();
