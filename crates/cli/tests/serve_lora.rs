@@ -409,3 +409,39 @@ fn a_request_waits_for_room_when_the_adapter_share_is_full() {
     assert!(evicted > 0.0, "one adapter made room for the other:\n{metrics}");
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
+
+/// The prefix cache is keyed by adapter set: a prompt read under one adapter is reused under
+/// the same adapter (and gives the same answer), never under the bare model or another.
+#[test]
+fn the_prefix_cache_is_keyed_by_adapter() {
+    let base_model = common::model(ALIAS);
+    let dir = adapter_dir("prefix");
+    let dir_arg = dir.to_str().unwrap();
+    let mut args = vec!["--lora-dir", dir_arg, "--parallel", "1", "--api-key", KEY];
+    args.extend(COMMON);
+    let s = Server::start(&base_model, &args);
+    let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n".repeat(8);
+    let complete = |m: &str| {
+        let body = json!({"model": m, "prompt": prompt, "max_tokens": 8, "temperature": 0});
+        let (st, text) =
+            s.send("POST", "/v1/completions", Some(KEY), Some(&body.to_string())).unwrap();
+        assert_eq!(st, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        v["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let hits = || {
+        let (_, m) = s.send("GET", "/metrics", Some(KEY), None).unwrap();
+        let line = m.lines().find(|l| l.starts_with("snug_prefix_hit_tokens_total")).unwrap();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    let qv = format!("{ALIAS}:qv");
+    let first = complete(&qv);
+    assert_eq!(hits(), 0.0);
+    complete(ALIAS);
+    assert_eq!(hits(), 0.0, "the bare model does not reuse KV computed under an adapter");
+    complete(&format!("{ALIAS}:mine"));
+    assert_eq!(hits(), 0.0, "another adapter does not either");
+    assert_eq!(complete(&qv), first, "the cached prefix gives the same answer");
+    assert!(hits() >= 64.0, "the same adapter reuses its prefix");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
