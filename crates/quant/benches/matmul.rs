@@ -2,12 +2,16 @@
 //! cycled through copies larger than L3 so they stream from DRAM as in a real decode) and
 //! GFLOP/s for prefill gemm (m = 512), beside this machine's plain read bandwidth.
 //!
-//! `hot` mode times one thread on weights that stay in L2, by CPU time: the kernel's compute
+//! `hot` mode times one thread on weights that stay in L2 (fastest of 15 runs): the kernel's compute
 //! cost alone, which must stay under the DRAM budget (~8 GB/s per core) for decode to be
-//! bandwidth-bound.
+//! bandwidth-bound; per activation row for m = 1, 2, 4, 8, 16.
 //!
-//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [hot] [pool] [threads=N] [isa=avx2]
-//! [reps=N] [type=q4_K]`
+//! `batch` mode is batched decode: m = 1, 2, 4, 8, 16 activation rows against weights streamed
+//! from DRAM (as `gemv`), in wall µs a call and CPU ns per weight row per activation row (both
+//! threads' CPU time, so a noisy box shows up less than in wall time).
+//!
+//! `cargo bench -p quant --bench matmul -- [gemv] [gemm] [hot] [pool] [batch] [threads=N]
+//! [isa=avx2] [reps=N] [type=q4_K]`
 
 use std::time::{Duration, Instant};
 
@@ -101,29 +105,82 @@ fn read_bandwidth(pool: &ThreadPool) -> f64 {
     median(runs)
 }
 
-/// One thread, 64 rows (≤ 170 KB, L2-resident) dotted over and over: compute cost per byte.
-fn hot(path: Isa, ty: GgmlType, cols: usize) {
+/// One thread, 64 rows (≤ 170 KB, L2-resident) dotted over and over against `m` activation
+/// rows: compute cost per byte (m = 1) and per weight row per activation row.
+fn hot(path: Isa, ty: GgmlType, cols: usize, m: usize) {
     let pool = ThreadPool::new(1);
     let rows = 64;
     let w = weights(ty, rows, cols, 11);
-    let x: Vec<f32> = (0..cols).map(|k| ((k % 13) as f32 - 6.0) * 0.1).collect();
-    let mut y = vec![0f32; rows];
+    let x: Vec<f32> = (0..m * cols).map(|k| ((k % 13) as f32 - 6.0) * 0.1).collect();
+    let mut y = vec![0f32; m * rows];
     let mut scratch = Vec::new();
     let mat = MatRef { ty, data: &w, rows, cols };
+    // The fastest of 15 wall-clock runs: thread CPU time ticks too coarsely for runs this short,
+    // and on a shared box the fastest run is the one least disturbed.
     let mut runs = Vec::new();
-    for _ in 0..5 {
-        let c = thread_cpu_ns();
-        let iters = 2000;
+    for _ in 0..15 {
+        let t = Instant::now();
+        let iters = 2000 / m;
         for _ in 0..iters {
-            matmul_with(path, &pool, mat, &x, 1, &mut y, &mut scratch).unwrap();
+            matmul_with(path, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
         }
-        runs.push((w.len() * iters) as f64 / (thread_cpu_ns() - c).max(1) as f64);
+        runs.push((w.len() * iters * m) as f64 / t.elapsed().as_nanos().max(1) as f64);
     }
-    let gbs = median(runs);
+    let gbs = runs.iter().copied().fold(0.0, f64::max);
     let block_ns = ty.type_size() as f64 / gbs;
+    let row_ns = ty.row_bytes(cols).unwrap() as f64 / gbs;
     println!(
-        "hot  {ty:>5} 64x{cols:<5} (L2)  {gbs:6.1} GB per CPU-second  {block_ns:6.2} ns/block"
+        "hot  {ty:>5} 64x{cols:<5} (L2) m={m:<2} {gbs:6.1} GB/s (fastest run)  {block_ns:6.2} ns/block \
+         {row_ns:7.2} ns per row x token"
     );
+}
+
+/// CPU nanoseconds all of this process's threads have run (the first field of each
+/// /proc/self/task/*/schedstat); 0 if unavailable.
+fn process_cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// Batched decode: `m` activation rows against DRAM-streamed weights, for m = 1, 2, 4, 8, 16.
+#[allow(clippy::too_many_arguments)]
+fn batch(
+    path: Isa,
+    pool: &ThreadPool,
+    reps: usize,
+    label: &str,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    scratch: &mut Vec<u8>,
+) {
+    let bytes = ty.row_bytes(cols).unwrap() * rows;
+    let copies = (512usize << 20).div_ceil(bytes).clamp(2, 64);
+    let ws: Vec<Vec<u8>> = (0..copies).map(|i| weights(ty, rows, cols, i as u64 + 7)).collect();
+    for m in [1, 2, 4, 8, 16] {
+        let x: Vec<f32> = (0..m * cols).map(|k| ((k % 17) as f32 - 8.0) * 0.1).collect();
+        let mut y = vec![0f32; m * rows];
+        let (mut runs, mut cpu_runs) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let (t, c) = (Instant::now(), process_cpu_ns());
+            for w in &ws {
+                let mat = MatRef { ty, data: w, rows, cols };
+                matmul_with(path, pool, mat, &x, m, &mut y, scratch).unwrap();
+            }
+            runs.push(t.elapsed().as_secs_f64() * 1e6 / copies as f64);
+            let cpu = process_cpu_ns().saturating_sub(c) as f64;
+            cpu_runs.push(cpu / (copies * rows * m) as f64);
+        }
+        println!(
+            "batch {ty:>5} {label:<13} {rows:>5}x{cols:<5} m={m:<2}  {:8.1} us/call  \
+             {:6.2} CPU ns per row x token",
+            median(runs),
+            median(cpu_runs)
+        );
+    }
 }
 
 fn main() {
@@ -134,7 +191,7 @@ fn main() {
     let reps: usize = arg("reps").and_then(|v| v.parse().ok()).unwrap_or(5);
     let path =
         arg("isa").and_then(|v| Isa::ALL.into_iter().find(|i| i.name() == v)).unwrap_or_else(isa);
-    let modes = ["gemv", "gemm", "hot", "pool"];
+    let modes = ["gemv", "gemm", "hot", "pool", "batch"];
     let want =
         |k: &str| args.iter().any(|a| a == k) || !args.iter().any(|a| modes.contains(&a.as_str()));
     let only: Option<String> = arg("type");
@@ -189,8 +246,13 @@ fn main() {
                 median(cpu_runs)
             );
         }
+        if want("batch") && label.contains("gate/up") {
+            batch(path, &pool, reps, label, ty, rows, cols, &mut scratch);
+        }
         if want("hot") && label.ends_with("q/o") {
-            hot(path, ty, cols);
+            for m in [1, 2, 4, 8, 16] {
+                hot(path, ty, cols, m);
+            }
         }
         if want("gemm") {
             let m = 512;

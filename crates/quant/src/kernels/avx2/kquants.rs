@@ -300,8 +300,16 @@ impl K16Like for Q6KW {
         let ql = load(b.add(64 * h + 32 * (k % 2)));
         let lo = if k < 2 { ql } else { _mm256_srli_epi16::<4>(ql) };
         let lo = _mm256_and_si256(lo, _mm256_set1_epi8(0xF));
-        let hi = crumb(load(b.add(128 + 32 * h)), k);
-        _mm256_or_si256(lo, _mm256_slli_epi16::<4>(hi))
+        // Crumb k of qh straight to bits 4..5: one 16-bit shift (none for k = 2) and one mask
+        // (the bits a shift carries across a byte boundary fall outside 0x30).
+        let qh = load(b.add(128 + 32 * h));
+        let hi = match k {
+            0 => _mm256_slli_epi16::<4>(qh),
+            1 => _mm256_slli_epi16::<2>(qh),
+            2 => qh,
+            _ => _mm256_srli_epi16::<2>(qh),
+        };
+        _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)))
     }
 }
 
