@@ -365,6 +365,9 @@ impl AdapterStore {
                 Err(e) => {
                     g.0 = back;
                     slot.changed.notify_all();
+                    drop(g);
+                    // Unregistered while it loaded: its warm pages go now.
+                    slot.release_if_retired();
                     return Err(e);
                 }
             }
