@@ -21,6 +21,16 @@ impl Mapping {
         Ok(Mapping(Arc::new(map)))
     }
 
+    /// Takes the pages this process has touched out of its resident set (`MADV_DONTNEED`). The
+    /// page cache keeps them, so the next read faults them back in from memory or the file. For
+    /// a file read once and converted (an adapter made hot), so its bytes stop counting twice.
+    pub fn release_resident(&self) {
+        // SAFETY: a read-only file mapping (see the type's doc): dropping its pages loses
+        // nothing, every later read sees the file's bytes again.
+        #[cfg(unix)]
+        let _ = unsafe { self.0.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    }
+
     /// The mapping itself (for `madvise` hints).
     pub(crate) fn mmap(&self) -> &memmap2::Mmap {
         &self.0

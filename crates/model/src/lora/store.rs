@@ -279,6 +279,9 @@ impl AdapterStore {
         let file = GgufFile::open(path)?;
         let c = check(&file, &self.shared.cfg)?;
         let (rank, alpha, bytes_hot) = (c.max_rank(), c.alpha, c.bytes());
+        if let Some(m) = file.mapping() {
+            m.release_resident();
+        }
         let pool = Arc::clone(&self.shared.pool);
         let slot = Arc::new(Slot {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -477,6 +480,11 @@ impl Shared {
             Some(w) => Ok(w.to_hot()),
             None => Lora::from_gguf(&slot.file, &self.cfg, slot.name.clone()),
         };
+        // Cold stays mapped, not resident: the file's pages just read for the f32 rows would
+        // otherwise stay in this process's RSS beside them (and count against the plan).
+        if let Some(m) = slot.file.mapping() {
+            m.release_resident();
+        }
         if lora.is_err() {
             self.pool.free(Content::Adapter, need);
         }
