@@ -206,6 +206,9 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
         "snug_adapter_promotions_total",
         "snug_pool_pages{content=\"adapter\"}",
         "snug_pool_utilisation",
+        "snug_pool_allocation_seconds_bucket{le=\"+Inf\"}",
+        "snug_pool_allocation_seconds_sum",
+        "# TYPE snug_pool_allocation_seconds histogram",
     ] {
         assert!(metrics.contains(line), "/metrics has {line}:\n{metrics}");
     }

@@ -4,24 +4,25 @@
 //! cache, prefix-cache hit tokens and sheds; the process's resident set against the memory
 //! budget the plan was made in, and the memory governor's reactions to pressure. LoRA adapters
 //! (from [`AdapterStore::stats`] at each scrape): the page pool's utilisation and pages by
-//! content (KV, of which prefix cache, adapters, free), pages evicted by content, allocations by
-//! latency bucket (`le_ns`, not cumulative; the pool keeps counts, not a latency sum, so this is
-//! a counter family rather than a Prometheus histogram), adapters by tier, `acquire`s by the
+//! content (KV, of which prefix cache, adapters, free), pages evicted by content, the page
+//! allocation latency histogram (seconds; the pool times one allocation in
+//! `ALLOC_LATENCY_SAMPLE` and keeps bucket counts and a sum, copied at each scrape), adapters by tier, `acquire`s by the
 //! tier they found the adapter in, promotions, demotions and adapter evictions, and generation
 //! requests by adapter name. Cost: an atomic add per request and per token; a scrape reads
 //! `/proc/self/status` once, takes the store's stats (a lock per adapter) and encodes a few
 //! dozen lines.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::scheduler::Counters;
-use model::kv::pool::ALLOC_LATENCY_BUCKETS_NS;
+use model::kv::pool::{ALLOC_LATENCY_BUCKETS_NS, ALLOC_LATENCY_SAMPLE};
 use model::lora::{AdapterStore, StoreStats};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -39,10 +40,44 @@ pub struct TierLabels {
     pub tier: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LatencyLabels {
-    /// The bucket's upper bound in nanoseconds (`+Inf` for the last).
-    pub le_ns: String,
+/// The pool's page-allocation latencies as a Prometheus histogram in seconds: the pool keeps
+/// the bucket counts and sum, [`StoreMetrics::refresh`] copies them here at each scrape.
+#[derive(Clone, Debug, Default)]
+struct AllocLatency(Arc<Mutex<LatencySnapshot>>);
+
+#[derive(Debug, Default)]
+struct LatencySnapshot {
+    sum_s: f64,
+    count: u64,
+    /// (upper bound in seconds, `f64::MAX` for +Inf; cumulative count).
+    buckets: Vec<(f64, u64)>,
+}
+
+impl AllocLatency {
+    fn set(&self, counts: &[u64], sum_ns: u64) {
+        let mut cum = 0;
+        let buckets = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                cum += n;
+                (ALLOC_LATENCY_BUCKETS_NS.get(i).map_or(f64::MAX, |&ns| ns as f64 * 1e-9), cum)
+            })
+            .collect();
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) =
+            LatencySnapshot { sum_s: sum_ns as f64 * 1e-9, count: cum, buckets };
+    }
+}
+
+impl EncodeMetric for AllocLatency {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let h = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        encoder.encode_histogram::<NoLabelSet>(h.sum_s, h.count, &h.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 /// The adapter store's numbers, refreshed from [`AdapterStore::stats`] at each scrape.
@@ -52,7 +87,7 @@ struct StoreMetrics {
     capacity: Gauge,
     pages: Family<ContentLabels, Gauge>,
     evicted_pages: Family<ContentLabels, Counter>,
-    alloc_latency: Family<LatencyLabels, Counter>,
+    alloc_latency: AllocLatency,
     adapters: Family<TierLabels, Gauge>,
     hits: Family<TierLabels, Counter>,
     promotions: Counter,
@@ -79,8 +114,8 @@ impl StoreMetrics {
             self.evicted_pages.clone(),
         );
         r.register(
-            "pool_allocations_by_latency",
-            "Page allocations by latency bucket (le_ns: upper bound in ns; not cumulative)",
+            "pool_allocation_seconds",
+            format!("Page allocation latency (one allocation in {ALLOC_LATENCY_SAMPLE} is timed)"),
             self.alloc_latency.clone(),
         );
         r.register("adapters", "Registered LoRA adapters by tier", self.adapters.clone());
@@ -117,10 +152,7 @@ impl StoreMetrics {
         for (content, n) in [("kv", p.evictions[0]), ("adapter", p.evictions[1])] {
             set(&self.evicted_pages.get_or_create(&ContentLabels { content }), n);
         }
-        for (i, &n) in p.alloc_latency.iter().enumerate() {
-            let le_ns = ALLOC_LATENCY_BUCKETS_NS.get(i).map_or("+Inf".to_string(), u64::to_string);
-            set(&self.alloc_latency.get_or_create(&LatencyLabels { le_ns }), n);
-        }
+        self.alloc_latency.set(&p.alloc_latency, p.alloc_latency_sum_ns);
         for (tier, n, hits) in [
             ("hot", s.hot, s.hits_hot),
             ("warm", s.warm, s.hits_warm),

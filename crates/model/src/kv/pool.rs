@@ -265,6 +265,8 @@ pub struct PagePool {
     ledger: std::sync::Mutex<Ledger>,
     evictions: [std::sync::atomic::AtomicU64; 2],
     latency: [std::sync::atomic::AtomicU64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
+    /// Sum of the timed allocations' latencies, ns.
+    latency_sum_ns: std::sync::atomic::AtomicU64,
     allocs: std::sync::atomic::AtomicU32,
     evictors: std::sync::Mutex<Vec<std::sync::Weak<dyn Evictor>>>,
 }
@@ -294,6 +296,8 @@ pub struct PoolStats {
     /// Timed allocations (one in [`ALLOC_LATENCY_SAMPLE`]) per [`ALLOC_LATENCY_BUCKETS_NS`]
     /// bucket (the last: slower than all).
     pub alloc_latency: [u64; ALLOC_LATENCY_BUCKETS_NS.len() + 1],
+    /// Sum of those allocations' latencies, ns (with the counts: a Prometheus histogram).
+    pub alloc_latency_sum_ns: u64,
 }
 
 /// The pool had no room; the message says what holds it and what to change.
@@ -324,6 +328,7 @@ impl PagePool {
             ledger: std::sync::Mutex::new(Ledger::default()),
             evictions: Default::default(),
             latency: Default::default(),
+            latency_sum_ns: Default::default(),
             allocs: Default::default(),
             evictors: std::sync::Mutex::new(Vec::new()),
         })
@@ -389,6 +394,7 @@ impl PagePool {
             let b = ALLOC_LATENCY_BUCKETS_NS.iter().position(|&hi| ns <= hi);
             self.latency[b.unwrap_or(ALLOC_LATENCY_BUCKETS_NS.len())]
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.latency_sum_ns.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
@@ -456,6 +462,7 @@ impl PagePool {
             adapter: l.used[1],
             evictions: self.evictions.each_ref().map(|a| a.load(Relaxed)),
             alloc_latency: self.latency.each_ref().map(|a| a.load(Relaxed)),
+            alloc_latency_sum_ns: self.latency_sum_ns.load(Relaxed),
         }
     }
 }
