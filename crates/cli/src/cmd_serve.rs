@@ -72,7 +72,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         }
     }
     let m = open(&cmd.model)?;
-    let adapter_bytes = adapter_share(&cmd)?;
+    let adapter_bytes = adapter_share(&cmd, &m.model.config)?;
     let (kv_k, kv_v) = cmd.run.kv.types()?;
     let kv_given =
         cmd.run.kv.kv.is_some() || cmd.run.kv.kv_k.is_some() || cmd.run.kv.kv_v.is_some();
@@ -127,31 +127,30 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes an adapter takes converted (f32 `A` and `B`: 4 bytes per element of its `lora_a` and
-/// `lora_b` tensors), from its GGUF header alone, rounded up to whole pages of the store's pool
-/// (which holds an adapter in whole pages).
-fn hot_bytes(path: &std::path::Path) -> anyhow::Result<u64> {
+/// Bytes an adapter takes hot, from its GGUF header (checked against the model, nothing
+/// converted): `model::lora::hot_bytes`.
+fn hot_bytes(path: &std::path::Path, c: &model::ModelConfig) -> anyhow::Result<usize> {
     let f = gguf::GgufFile::open(path)
         .map_err(|e| anyhow::anyhow!("reading the adapter {}: {e}", path.display()))?;
-    let lora = |n: &str| n.ends_with(".lora_a") || n.ends_with(".lora_b");
-    let bytes: u64 = f.tensors.iter().filter(|t| lora(&t.name)).map(|t| 4 * t.n_elements()).sum();
-    let page = model::lora::store::STANDALONE_PAGE_BYTES as u64;
-    Ok(bytes.div_ceil(page).saturating_mul(page))
+    model::lora::hot_bytes(&f, c)
+        .map_err(|e| anyhow::anyhow!("the adapter {}: {e}", path.display()))
 }
 
-/// The plan's adapter share: `--max-loras` of the largest adapter in `--lora-dir` (files that
-/// do not read as GGUF are left to the server, which skips them), or the `--lora` files
-/// together, whichever is larger.
-fn adapter_share(cmd: &ServeCmd) -> anyhow::Result<u64> {
-    let mut given = 0u64;
+/// The plan's adapter share (`model::lora::share_bytes`, whole pool pages included): room for
+/// `--max-loras` of the largest adapter in `--lora-dir` (files that are not adapters for this
+/// model are left to the server, which skips them), or for the `--lora` files together,
+/// whichever is larger.
+fn adapter_share(cmd: &ServeCmd, c: &model::ModelConfig) -> anyhow::Result<u64> {
+    let mut given = 0usize;
     for (path, _) in &cmd.run.lora.lora {
-        given = given.saturating_add(hot_bytes(path)?);
+        given = given.saturating_add(model::lora::share_bytes(c, 1, hot_bytes(path, c)?));
     }
-    let mut largest = 0u64;
+    let mut largest = None;
     if let Some(dir) = &cmd.lora_dir {
         for (_, f) in server::adapters::dir_files(dir)? {
-            largest = largest.max(hot_bytes(&f).unwrap_or(0));
+            largest = largest.max(hot_bytes(&f, c).ok());
         }
     }
-    Ok(given.max(largest.saturating_mul(cmd.max_loras as u64)))
+    let dir = largest.map_or(0, |b| model::lora::share_bytes(c, cmd.max_loras, b));
+    Ok(given.max(dir) as u64)
 }

@@ -163,3 +163,27 @@ fn the_salt_names_the_adapter_set() {
     assert_ne!(sx, salt(&[(store.acquire("x").unwrap(), 1.0)]));
     let _ = Arc::clone(y.lora());
 }
+
+/// The plan's share for n adapters holds them in whole pages whatever KV precision sizes the
+/// pages: `share_bytes` against the pool's own page arithmetic, for sizes on and off page edges.
+#[test]
+fn the_share_holds_its_adapters_in_whole_pages_of_any_kv_precision() {
+    use model::kv::{block_bytes, pool::PagePool};
+    use model::KvType;
+    let c = &tiny().config;
+    for t in [KvType::F16, KvType::Q8, KvType::Q4] {
+        let page = block_bytes(c, t, t);
+        for bytes in [1, page - 1, page, page + 1, 7 * page + 3] {
+            for n in [1, 3, 10] {
+                let share = model::lora::share_bytes(c, n, bytes);
+                let pool = PagePool::new(page, 0, share / page);
+                assert!(
+                    n * pool.pages_for(bytes) <= pool.adapter_limit(),
+                    "{n} adapters of {bytes} B need {} pages of {page} B, the share {share} B gives {}",
+                    n * pool.pages_for(bytes),
+                    pool.adapter_limit()
+                );
+            }
+        }
+    }
+}

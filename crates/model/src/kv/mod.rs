@@ -43,6 +43,11 @@ pub fn kv_row_bytes(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
     cfg.n_head_kv * (k.k_head_bytes(cfg.head_dim) + v.v_head_bytes(cfg.head_dim_v))
 }
 
+/// Bytes of one KV block (one page of the pool): [`BLOCK_TOKENS`] tokens of one layer.
+pub fn block_bytes(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
+    BLOCK_TOKENS * kv_row_bytes(cfg, k, v)
+}
+
 /// KV bytes one token takes across all layers (keys and values, block scales included): what
 /// the cache really uses per position held. Layers with a sliding window hold at most
 /// [`layer_peak_positions`].
@@ -190,7 +195,8 @@ impl KvCache {
         };
         let v_head = v_type.v_head_bytes(hdv);
         let (k_row, v_row) = (nh * k_type.k_head_bytes(hd), nh * v_head);
-        let block_bytes = BLOCK_TOKENS * (k_row + v_row);
+        let block_bytes = block_bytes(cfg, k_type, v_type);
+        debug_assert_eq!(block_bytes, BLOCK_TOKENS * (k_row + v_row));
         // Positions one layer of one sequence can hold at once: a window's span plus the ubatch
         // being computed, two partly-filled edge blocks, and one copy-on-write block.
         let ub = p.n_ubatch.max(1);

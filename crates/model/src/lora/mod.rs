@@ -256,6 +256,26 @@ pub fn matrix_bytes(rank: usize, n_in: usize, n_out: usize) -> usize {
 }
 
 /// Checks the header and every tensor of `f` against `c`, reading no tensor data.
+/// Bytes the adapter in `f` takes hot ([`Lora::bytes`]), from its header, after the checks
+/// [`Lora::from_gguf`] makes (nothing is converted).
+pub fn hot_bytes(f: &GgufFile, c: &ModelConfig) -> Result<usize, LoraError> {
+    Ok(check(f, c)?.bytes())
+}
+
+/// The pool's adapter share that holds `n` adapters of at most `hot_bytes` each. The pool
+/// charges an adapter whole pages of one KV block (`kv::block_bytes`), whose size depends on
+/// the KV precision the plan picks afterwards: one page of the largest precision's block per
+/// adapter covers the rounding for any of them (`⌈b/p⌉·p < b + p`).
+pub fn share_bytes(c: &ModelConfig, n: usize, hot_bytes: usize) -> usize {
+    use crate::params::KvType;
+    let page = [KvType::F16, KvType::Q8, KvType::Q4]
+        .into_iter()
+        .map(|t| crate::kv::block_bytes(c, t, t))
+        .max()
+        .unwrap_or(0);
+    n.saturating_mul(hot_bytes.saturating_add(page))
+}
+
 pub(crate) fn check<'a>(f: &'a GgufFile, c: &ModelConfig) -> Result<Checked<'a>, LoraError> {
     let ty = f.get_str(KEY_TYPE).unwrap_or("");
     if ty != "adapter" {
