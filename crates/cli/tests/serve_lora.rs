@@ -142,6 +142,8 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
     assert_eq!(alone_base, run_base, "the base model's answer is snug run's");
     assert_eq!(alone_qv, run_qv, "BASE:qv answers what snug run --lora qv.gguf answers");
     assert_eq!(alone_mine, run_mine, "BASE:mine answers what snug run --lora mine.gguf answers");
+    let (_, v) = chat(&s, model("qv"));
+    assert_eq!(v["model"], format!("{ALIAS}:qv"), "the answer names the model asked for");
 
     // llama-server's form: ids index GET /lora-adapters (by name: mine = 0, qv = 1).
     let ids = get_json(&s, "/lora-adapters");

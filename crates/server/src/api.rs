@@ -330,6 +330,12 @@ impl AppState {
         .with_code("model_not_found"))
     }
 
+    /// The `model` an answer names: the request's own, once it resolved (`BASE:ADAPTER` stays
+    /// so, as OpenAI and Ollama echo the name asked for), else the served model's.
+    pub fn answer_model(&self, asked: Option<&str>) -> String {
+        asked.filter(|m| !m.is_empty()).unwrap_or(&self.card.name).to_string()
+    }
+
     /// The adapters a generation request runs with (its `model` and `lora` fields), leased:
     /// a 404 for a model or adapter not served here, a 400 for a malformed `lora` list.
     pub async fn adapter_set(

@@ -268,7 +268,7 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, asked, None).await?;
     let (rx, _) = st.submit(S, prompt, s, adapters, None)?;
-    let model = st.card.name.clone();
+    let model = st.answer_model(asked);
     if stream {
         let body = event_body(rx, move |ev| {
             let v = match ev {

@@ -371,7 +371,8 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
     let (rx, mut lp) = start(st, kind, settings, prompt, adapters, logprobs)?;
-    let (id, created, model) = (next_id(kind.id_prefix()), unix_now(), st.card.name.clone());
+    let (id, created, model) =
+        (next_id(kind.id_prefix()), unix_now(), st.answer_model(c.model.as_deref()));
     let frame = move |choices: Value, usage: Option<Value>| {
         let mut v = json!({
             "id": id, "object": kind.object(true), "created": created, "model": model,
@@ -419,7 +420,7 @@ async fn respond(
         "id": next_id(kind.id_prefix()),
         "object": kind.object(false),
         "created": unix_now(),
-        "model": st.card.name,
+        "model": st.answer_model(c.model.as_deref()),
         "system_fingerprint": "snug",
         "choices": [choice],
         "usage": usage(&f),
