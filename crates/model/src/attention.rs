@@ -329,6 +329,7 @@ impl Job<'_> {
         let b_start = spans.iter().map(|s| s.lo / B).min().unwrap_or(0).max(a_end).min(b_end);
         let n_live = a_end + (b_end - b_start);
         let kern = kernels();
+        let softcap = crate::ops::softcap_kernel();
         let q_w = c.q_dim();
         for idx in k * n_live / n_split..(k + 1) * n_live / n_split {
             let b = if idx < a_end { idx } else { b_start + idx - a_end };
@@ -355,12 +356,13 @@ impl Job<'_> {
                         (&mut rows.s[r * B..(r + 1) * B]).try_into().expect("32 scores");
                     let mut mx = (kern.scores)(qr, rows.ktile, c.attn_scale, s);
                     if c.attn_softcap.is_some() || covers[tt] == Cover::Some {
+                        if let Some(cap) = c.attn_softcap {
+                            softcap(s, cap);
+                        }
                         mx = f32::NEG_INFINITY;
                         for (j, sc) in s.iter_mut().enumerate() {
                             if covers[tt] == Cover::Some && !spans[tt].sees(b * B + j) {
                                 *sc = f32::NEG_INFINITY;
-                            } else if let Some(cap) = c.attn_softcap {
-                                *sc = cap * (*sc / cap).tanh();
                             }
                             mx = mx.max(*sc);
                         }
