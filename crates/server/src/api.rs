@@ -26,7 +26,7 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::adapters::{AdapterSet, LoraScale};
-use crate::scheduler::{Event, Finish, Refused, Request as Job};
+use crate::scheduler::{self, Event, Finish, Refused};
 use crate::{adapters, ollama, openai, AppState};
 
 pub type Shared = State<Arc<AppState>>;
@@ -383,8 +383,8 @@ impl AppState {
     > {
         let max_tokens = s.max_tokens.unwrap_or(self.engine.n_ctx);
         let (sampling, stop) = (s.sampling, s.stop);
-        let job = Job { prompt, sampling, max_tokens, stop, logprobs, adapters };
-        self.engine.request(job).map_err(|r| ApiError::refused(style, r))
+        let req = scheduler::Request { prompt, sampling, max_tokens, stop, logprobs, adapters };
+        self.engine.request(req).map_err(|r| ApiError::refused(style, r))
     }
 }
 

@@ -62,8 +62,9 @@ use crate::adapters::AdapterSet;
 use crate::logprobs::TokenLogprob;
 use crate::ServeError;
 
-/// One request for the scheduler.
-pub struct Job {
+/// What a handler asks the scheduler for.
+#[derive(Debug)]
+pub struct Request {
     /// The prompt's tokens (at least one, at most the context less one).
     pub prompt: Vec<u32>,
     pub sampling: SamplerParams,
@@ -71,25 +72,20 @@ pub struct Job {
     pub max_tokens: usize,
     /// Text that ends generation (not included in the output).
     pub stop: Vec<String>,
-    /// Where the answer goes.
-    pub events: UnboundedSender<Event>,
     /// Log-probabilities of each generated token, with this many alternatives (at most
     /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
-    pub logprobs: Option<(usize, UnboundedSender<TokenLogprob>)>,
+    pub logprobs: Option<usize>,
     /// The LoRA adapters the sequence runs with, leased until it ends (empty: the bare model).
     pub adapters: AdapterSet,
 }
 
-/// What a handler asks for: a [`Job`] without its channels.
-#[derive(Debug)]
-pub struct Request {
-    pub prompt: Vec<u32>,
-    pub sampling: SamplerParams,
-    pub max_tokens: usize,
-    pub stop: Vec<String>,
-    /// Alternatives per token when log-probabilities are wanted.
-    pub logprobs: Option<usize>,
-    pub adapters: AdapterSet,
+/// A [`Request`] on its way through the scheduler, with the channels its answer goes to.
+struct Job {
+    req: Request,
+    /// Where the answer goes.
+    events: UnboundedSender<Event>,
+    /// Where each token's log-probability goes; present exactly when `req.logprobs` is.
+    logprobs: Option<UnboundedSender<TokenLogprob>>,
 }
 
 /// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
@@ -219,13 +215,14 @@ impl Handle {
     }
 
     /// Queues `job`, or refuses at once when it can never run or the queue is full.
-    pub fn submit(&self, job: Job) -> Result<(), Refused> {
-        if job.prompt.is_empty() {
+    fn submit(&self, job: Job) -> Result<(), Refused> {
+        let n_prompt = job.req.prompt.len();
+        if n_prompt == 0 {
             return Err(Refused::Empty);
         }
         let max = self.n_ctx.saturating_sub(1);
-        if job.prompt.len() > max {
-            return Err(Refused::TooLong { n_prompt: job.prompt.len(), n_ctx: self.n_ctx, max });
+        if n_prompt > max {
+            return Err(Refused::TooLong { n_prompt, n_ctx: self.n_ctx, max });
         }
         // Admission counts jobs, not channel slots: the scheduler takes jobs only between
         // steps, so two arriving during one step must not be refused while slots are free.
@@ -250,14 +247,13 @@ impl Handle {
     ) -> Result<(UnboundedReceiver<Event>, Option<UnboundedReceiver<TokenLogprob>>), Refused> {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         let (logprobs, lp_rx) = match r.logprobs {
-            Some(top) => {
+            Some(_) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                (Some((top, tx)), Some(rx))
+                (Some(tx), Some(rx))
             }
             None => (None, None),
         };
-        let Request { prompt, sampling, max_tokens, stop, adapters, .. } = r;
-        self.submit(Job { prompt, sampling, max_tokens, stop, events, logprobs, adapters })?;
+        self.submit(Job { req: r, events, logprobs })?;
         Ok((rx, lp_rx))
     }
 
@@ -374,7 +370,7 @@ struct Seq {
 
 impl Seq {
     fn prefilling(&self) -> bool {
-        self.n_past < self.job.prompt.len()
+        self.n_past < self.job.req.prompt.len()
     }
 
     fn finish(&self, reason: FinishReason) -> Finish {
@@ -382,7 +378,7 @@ impl Seq {
         let first = self.first.unwrap_or(now);
         Finish {
             reason,
-            n_prompt: self.job.prompt.len(),
+            n_prompt: self.job.req.prompt.len(),
             n_gen: self.n_gen,
             queued: self.admitted - self.submitted,
             prompt: first - self.admitted,
@@ -528,23 +524,23 @@ impl Scheduler {
                 continue;
             }
             let n_vocab = self.ctx.config().n_vocab;
-            let mut sampler = Sampler::new(job.sampling.clone(), n_vocab);
-            for &t in &job.prompt {
+            let mut sampler = Sampler::new(job.req.sampling.clone(), n_vocab);
+            for &t in &job.req.prompt {
                 sampler.accept(t);
             }
-            if let Err(e) = self.ctx.set_adapters(slot, &job.adapters.loras()) {
+            if let Err(e) = self.ctx.set_adapters(slot, &job.req.adapters.loras()) {
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
                 let _ = job.events.send(Event::Failed(format!("the adapters do not apply: {e}")));
                 continue;
             }
             self.shed_if_asked();
-            let hit = self.ctx.kv.prefix_adopt(slot, &job.prompt, job.adapters.salt);
+            let hit = self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt);
             self.counters.prefix_hit_tokens.inc_by(hit as u64);
             self.slots[slot] = Some(Seq {
                 sampler,
                 decoder: StreamDecoder::new(self.tok.clone()),
-                stops: StopMatcher::new(&job.stop),
-                tokens: job.prompt.clone(),
+                stops: StopMatcher::new(&job.req.stop),
+                tokens: job.req.prompt.clone(),
                 n_past: hit,
                 next: 0,
                 n_gen: 0,
@@ -613,11 +609,11 @@ impl Scheduler {
             if !q.prefilling() {
                 continue;
             }
-            let n = (q.job.prompt.len() - q.n_past).min(budget);
+            let n = (q.job.req.prompt.len() - q.n_past).min(budget);
             for i in 0..n {
                 let pos = q.n_past + i;
-                let last = pos + 1 == q.job.prompt.len();
-                self.batch.push(q.job.prompt[pos], pos, s, last);
+                let last = pos + 1 == q.job.req.prompt.len();
+                self.batch.push(q.job.req.prompt[pos], pos, s, last);
                 if last {
                     self.rows.push(s);
                 }
@@ -646,7 +642,7 @@ impl Scheduler {
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                self.ctx.kv.prefix_register(s, &q.tokens, q.job.adapters.salt);
+                self.ctx.kv.prefix_register(s, &q.tokens, q.job.req.adapters.salt);
             }
         }
         self.publish_blocks();
@@ -691,8 +687,8 @@ impl Scheduler {
         }
         q.n_gen += 1;
         self.counters.generated_tokens.inc();
-        if let Some((top, tx)) = &q.job.logprobs {
-            let _ = tx.send(TokenLogprob::from_logits(logits, tok, *top));
+        if let (Some(top), Some(tx)) = (q.job.req.logprobs, &q.job.logprobs) {
+            let _ = tx.send(TokenLogprob::from_logits(logits, tok, top));
         }
         let piece = q.decoder.push(tok);
         let (text, hit) = q.stops.push(&piece);
@@ -704,7 +700,7 @@ impl Scheduler {
             q.stop_hit = true;
             return Some(FinishReason::Stop);
         }
-        if q.n_gen >= q.job.max_tokens {
+        if q.n_gen >= q.job.req.max_tokens {
             return Some(FinishReason::Length);
         }
         if q.n_past >= n_ctx {
