@@ -20,7 +20,7 @@ use quant::threads::ThreadPool;
 use quant::GgmlType;
 
 /// (label, weight type, rows = out features, cols = in features)
-const SHAPES: [(&str, GgmlType, usize, usize); 11] = [
+const SHAPES: [(&str, GgmlType, usize, usize); 14] = [
     ("1.5B k/v", GgmlType::Q4K, 256, 1536),
     ("1.5B q/o", GgmlType::Q4K, 1536, 1536),
     ("1.5B gate/up", GgmlType::Q4K, 8960, 1536),
@@ -32,6 +32,9 @@ const SHAPES: [(&str, GgmlType, usize, usize); 11] = [
     ("1.5B q/o", GgmlType::Q5_0, 1536, 1536),
     ("1.5B q/o", GgmlType::F16, 1536, 1536),
     ("7B gate/up", GgmlType::Q4K, 18944, 3584),
+    ("7B q/o", GgmlType::Q4K, 3584, 3584),
+    ("7B down", GgmlType::Q6K, 3584, 18944),
+    ("7B output", GgmlType::Q6K, 152064, 3584),
 ];
 
 /// Deterministic weight bytes with finite scales (xorshift; scale fields patched to 0.01).
