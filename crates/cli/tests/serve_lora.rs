@@ -214,6 +214,21 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
     ] {
         assert!(metrics.contains(line), "/metrics has {line}:\n{metrics}");
     }
+    // A histogram's buckets are cumulative: they never decrease and +Inf is the count.
+    let value = |line: &str| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+    let buckets: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("snug_pool_allocation_seconds_bucket"))
+        .map(value)
+        .collect();
+    let count = metrics
+        .lines()
+        .find(|l| l.starts_with("snug_pool_allocation_seconds_count"))
+        .map(value)
+        .expect("the histogram has a count");
+    assert!(count > 0.0, "no allocation was timed:\n{metrics}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "buckets decrease: {buckets:?}");
+    assert_eq!(buckets.last().copied(), Some(count), "+Inf bucket is not the count: {buckets:?}");
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 

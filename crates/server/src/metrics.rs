@@ -49,23 +49,23 @@ struct AllocLatency(Arc<Mutex<LatencySnapshot>>);
 struct LatencySnapshot {
     sum_s: f64,
     count: u64,
-    /// (upper bound in seconds, `f64::MAX` for +Inf; cumulative count).
+    /// (upper bound in seconds, `f64::MAX` for +Inf; the count in this bucket alone — the
+    /// text encoder makes them cumulative).
     buckets: Vec<(f64, u64)>,
 }
 
 impl AllocLatency {
     fn set(&self, counts: &[u64], sum_ns: u64) {
-        let mut cum = 0;
         let buckets = counts
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                cum += n;
-                (ALLOC_LATENCY_BUCKETS_NS.get(i).map_or(f64::MAX, |&ns| ns as f64 * 1e-9), cum)
+                (ALLOC_LATENCY_BUCKETS_NS.get(i).map_or(f64::MAX, |&ns| ns as f64 * 1e-9), n)
             })
             .collect();
+        let count = counts.iter().sum();
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) =
-            LatencySnapshot { sum_s: sum_ns as f64 * 1e-9, count: cum, buckets };
+            LatencySnapshot { sum_s: sum_ns as f64 * 1e-9, count, buckets };
     }
 }
 
