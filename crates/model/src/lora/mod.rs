@@ -151,6 +151,28 @@ pub struct Lora {
     /// [n_layer] → the layer's adapted matrices (at most seven).
     layers: Vec<Vec<LoraMat>>,
     bytes: usize,
+    /// Last, so it runs after the rows are freed.
+    _release: ReleaseOnDrop,
+}
+
+/// Hands the allocator's free pages back to the kernel when an adapter's rows are dropped.
+/// glibc keeps freed memory in the arena of the thread that allocated it, and a server loads
+/// adapters on its blocking pool's threads while the KV cache grows on the scheduler's: without
+/// this, adapters demoted to make room stayed resident, and 100 adapters cycled through 10 hot
+/// slots peaked 150 MiB above the plan once the KV cache filled (BENCHMARKS.md, issue 15).
+/// `malloc_trim(0)` returns the whole free pages of every arena; it walks the free chunks, once
+/// per adapter dropped (a tier change), never per token.
+#[derive(Debug, Default)]
+struct ReleaseOnDrop;
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only walks and madvises the allocator's own free chunks.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
 
 impl Lora {
@@ -191,7 +213,7 @@ impl Lora {
                 bt,
             });
         }
-        Ok(Lora { name, alpha, base: checked.base, layers, bytes })
+        Ok(Lora { name, alpha, base: checked.base, layers, bytes, _release: ReleaseOnDrop })
     }
 
     /// Heap bytes of the dequantized matrices.
@@ -407,6 +429,8 @@ pub struct WarmLora {
     /// [n_layer] → (the matrix with empty `a`/`bt`, its int8 `A`, its int8 `Bᵀ`).
     layers: Vec<Vec<(LoraMat, Int8Rows, Int8Rows)>>,
     bytes: usize,
+    /// Last, so it runs after the rows are freed.
+    _release: ReleaseOnDrop,
 }
 
 impl WarmLora {
@@ -423,7 +447,15 @@ impl WarmLora {
             ..m.shape()
         });
         let bytes = layers.iter().flatten().map(|m| matrix_bytes(m.rank, m.n_in, m.n_out)).sum();
-        Lora { name: self.name.clone(), alpha: self.alpha, base: self.base, layers, bytes }
+        let base = self.base;
+        Lora {
+            name: self.name.clone(),
+            alpha: self.alpha,
+            base,
+            layers,
+            bytes,
+            _release: ReleaseOnDrop,
+        }
     }
 }
 
@@ -447,7 +479,8 @@ impl Lora {
         });
         let bytes =
             layers.iter().flatten().map(|(m, ..)| matrix_bytes_int8(m.rank, m.n_in, m.n_out)).sum();
-        WarmLora { name: self.name.clone(), alpha: self.alpha, base: self.base, layers, bytes }
+        let (name, alpha, base) = (self.name.clone(), self.alpha, self.base);
+        WarmLora { name, alpha, base, layers, bytes, _release: ReleaseOnDrop }
     }
 }
 
