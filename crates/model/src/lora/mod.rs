@@ -158,8 +158,8 @@ pub struct Lora {
 /// Hands the allocator's free pages back to the kernel when an adapter's rows are dropped.
 /// glibc keeps freed memory in the arena of the thread that allocated it, and a server loads
 /// adapters on its blocking pool's threads while the KV cache grows on the scheduler's: without
-/// this, adapters demoted to make room stayed resident, and 100 adapters cycled through 10 hot
-/// slots peaked 150 MiB above the plan once the KV cache filled (BENCHMARKS.md, issue 15).
+/// this, the rows of demoted adapters stayed resident (150 MiB after 100 adapters cycled
+/// through 10 hot slots, enough to put the peak over the plan; BENCHMARKS.md, issue 15).
 /// `malloc_trim(0)` returns the whole free pages of every arena; it walks the free chunks, once
 /// per adapter dropped (a tier change), never per token.
 #[derive(Debug, Default)]
