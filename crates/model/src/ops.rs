@@ -89,11 +89,7 @@ pub fn gelu_mul_generic(gate: &mut [f32], up: &[f32]) {
 /// between two matmuls; a libm `tanh` per value cost Gemma's prompt processing about a quarter
 /// of its time on two threads, a table lookup costs a gather.
 pub fn gelu_kernel() -> fn(&mut [f32], &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return avx2::gelu_mul;
-    }
-    gelu_mul_generic
+    quant::by_isa!(avx2::gelu_mul, gelu_mul_generic)
 }
 
 /// `gelu_tanh` of every f16 input rounded to f16, indexed by the input's bits: ggml keeps the
@@ -121,11 +117,7 @@ pub fn silu_mul_generic(gate: &mut [f32], up: &[f32]) {
 /// `SNUG_KERNELS`). SwiGLU runs on one thread between two matmuls over `n_ff` values a token,
 /// so a libm `exp` per value is worth replacing with the vector one.
 pub fn silu_kernel() -> fn(&mut [f32], &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return avx2::silu_mul;
-    }
-    silu_mul_generic
+    quant::by_isa!(avx2::silu_mul, silu_mul_generic)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -253,11 +245,7 @@ pub fn softcap_generic(x: &mut [f32], cap: f32) {
 /// every logit (a 256,000-entry vocabulary), a libm `tanh` each: at a 3,500-token context that
 /// was about 6% of the 9B shape's decode.
 pub fn softcap_kernel() -> fn(&mut [f32], f32) {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return avx2::softcap;
-    }
-    softcap_generic
+    quant::by_isa!(avx2::softcap, softcap_generic)
 }
 
 /// `cap * tanh(x / cap)` on every element, by [`softcap_kernel`].

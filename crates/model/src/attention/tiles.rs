@@ -31,11 +31,7 @@ pub static GENERIC: TileKernels = TileKernels {
 /// The tile kernels of the kernel path this process runs ([`quant::kernels::isa`], which
 /// honours `SNUG_KERNELS`): AVX2 for the AVX2 family, the generic ones otherwise.
 pub fn kernels() -> &'static TileKernels {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return &avx2::KERNELS;
-    }
-    &GENERIC
+    quant::by_isa!(&avx2::KERNELS, &GENERIC)
 }
 
 fn scores_generic(q: &[f32], k: &[f32], scale: f32, s: &mut [f32; B]) -> f32 {

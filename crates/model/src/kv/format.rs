@@ -230,11 +230,7 @@ pub static GENERIC: Kernels = Kernels {
 /// The kernel set of the kernel path this process runs ([`quant::kernels::isa`], which honours
 /// `SNUG_KERNELS`): AVX2 for the AVX2 family, the generic one otherwise.
 pub fn kernels() -> &'static Kernels {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return &avx2::KERNELS;
-    }
-    &GENERIC
+    quant::by_isa!(&avx2::KERNELS, &GENERIC)
 }
 
 /// f16 values (2-byte aligned little-endian bytes, at least `dst.len()` values) → f32.

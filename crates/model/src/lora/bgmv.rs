@@ -35,11 +35,7 @@ pub static GENERIC: LoraKernels =
 /// The kernels of the path this process runs ([`quant::kernels::isa`], which honours
 /// `SNUG_KERNELS`): AVX2 for the AVX2 family, the generic ones otherwise.
 pub fn kernels() -> &'static LoraKernels {
-    #[cfg(target_arch = "x86_64")]
-    if quant::kernels::isa().avx2_family() {
-        return &avx2::KERNELS;
-    }
-    &GENERIC
+    quant::by_isa!(&avx2::KERNELS, &GENERIC)
 }
 
 fn dot_generic(a: &[f32], b: &[f32]) -> f32 {

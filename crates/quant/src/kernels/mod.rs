@@ -143,6 +143,20 @@ pub fn isa() -> Isa {
     })
 }
 
+/// `$avx2` when this process runs the AVX2 family ([`isa`], which honours `SNUG_KERNELS`),
+/// `$generic` otherwise: the one place a kernel table outside this crate picks its path. A
+/// macro, not a function, because `$avx2` names items that exist only on x86-64.
+#[macro_export]
+macro_rules! by_isa {
+    ($avx2:expr, $generic:expr $(,)?) => {{
+        #[cfg(target_arch = "x86_64")]
+        let picked = if $crate::kernels::isa().avx2_family() { $avx2 } else { $generic };
+        #[cfg(not(target_arch = "x86_64"))]
+        let picked = $generic;
+        picked
+    }};
+}
+
 /// The types no path has a dot kernel or a quantizer for: quant formats snug does not run yet,
 /// and integer and f64 tensors. A pattern, so the tables below stay exhaustive: a new
 /// [`GgmlType`] is a compile error in each of them until someone decides what it needs.
