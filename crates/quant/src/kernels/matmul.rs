@@ -236,9 +236,9 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
     let mut t = 0;
     while t < m {
         t += match m - t {
-            left if left >= TILE => sweep(p, p.k.tile, r0, r1, acts, x_row, t, cols),
-            left if left >= 4 => sweep(p, p.k.x4, r0, r1, acts, x_row, t, cols),
-            left if left >= 2 => sweep(p, p.k.x2, r0, r1, acts, x_row, t, cols),
+            left if left >= TILE => sweep(p, p.k.tile, TILE, r0, r1, acts, x_row, t, cols),
+            left if left >= 4 => sweep(p, p.k.x4, 4, r0, r1, acts, x_row, t, cols),
+            left if left >= 2 => sweep(p, p.k.x2, 2, r0, r1, acts, x_row, t, cols),
             _ => {
                 let xt = &acts[t * x_row..(t + 1) * x_row];
                 for r in r0..r1 {
@@ -255,12 +255,14 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
     }
 }
 
-/// Rows `r0..r1` of part `p` · activation rows `t..t + N` through `f`; returns `N`.
+/// Rows `r0..r1` of part `p` · activation rows `t..t + n` through `f` (a kernel for `n` rows);
+/// returns `n`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-fn sweep<const N: usize>(
+fn sweep(
     p: &Part,
-    f: DotRowsFn<N>,
+    f: DotRowsFn,
+    n: usize,
     r0: usize,
     r1: usize,
     acts: &[u8],
@@ -268,15 +270,11 @@ fn sweep<const N: usize>(
     t: usize,
     cols: usize,
 ) -> usize {
-    let xt = &acts[t * x_row..(t + N) * x_row];
-    for r in r0..r1 {
-        let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
-        // SAFETY: ISA checked by matmul; wr one full row, xt N full rows at stride x_row.
-        let v = unsafe { f(cols, wr, xt, x_row) };
-        for (c, v) in v.into_iter().enumerate() {
-            // SAFETY: rows r0..r1 of this part belong to this chunk alone; (t+c) < m, r < rows.
-            unsafe { *p.out.0.add((t + c) * p.rows + r) = v };
-        }
-    }
-    N
+    let xt = &acts[t * x_row..(t + n) * x_row];
+    let w = &p.data[r0 * p.w_row..r1 * p.w_row];
+    // SAFETY: ISA checked by matmul; w whole rows, xt n full rows at stride x_row; the outputs
+    // (t + c) * rows + r for c < n, r0 <= r < r1 belong to this chunk alone and lie inside y
+    // ((t + c) < m, r < rows).
+    unsafe { f(cols, w, p.w_row, xt, x_row, p.out.0.add(t * p.rows + r0), p.rows) };
+    n
 }

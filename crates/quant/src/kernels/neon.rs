@@ -69,9 +69,23 @@ macro_rules! neon_kernels {
             // SAFETY: forwarded contract of DotFn (NEON is always present on aarch64).
             unsafe { dot_q8_0_like::<1>($ty, n, w, x, 0)[0] }
         }
-        unsafe fn rows<const N: usize>(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N] {
-            // SAFETY: forwarded contract of DotRowsFn.
-            unsafe { dot_q8_0_like::<N>($ty, n, w, x, stride) }
+        unsafe fn rows<const N: usize>(
+            n: usize,
+            w: &[u8],
+            w_row: usize,
+            x: &[u8],
+            stride: usize,
+            out: *mut f32,
+            out_stride: usize,
+        ) {
+            for (r, wr) in w.chunks_exact(w_row).enumerate() {
+                // SAFETY: forwarded contract of DotRowsFn (one full row).
+                let v = unsafe { dot_q8_0_like::<N>($ty, n, wr, x, stride) };
+                for (c, v) in v.into_iter().enumerate() {
+                    // SAFETY: the caller's contract covers every (c, r) written.
+                    unsafe { *out.add(c * out_stride + r) = v };
+                }
+            }
         }
         DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};

@@ -369,8 +369,21 @@ pub(crate) fn dot_iq4_xs(n: usize, w: &[u8], x: &[u8]) -> f32 {
 /// Wrap scalar `dot`s into a [`DotKernels`] (the multi-row kernels just loop over the rows).
 macro_rules! scalar_kernels {
     ($dot:ident) => {{
-        fn rows<const N: usize>(n: usize, w: &[u8], x: &[u8], stride: usize) -> [f32; N] {
-            std::array::from_fn(|c| $dot(n, w, &x[c * stride..]))
+        unsafe fn rows<const N: usize>(
+            n: usize,
+            w: &[u8],
+            w_row: usize,
+            x: &[u8],
+            stride: usize,
+            out: *mut f32,
+            out_stride: usize,
+        ) {
+            for (r, wr) in w.chunks_exact(w_row).enumerate() {
+                for c in 0..N {
+                    // SAFETY: the caller's contract (DotRowsFn) covers every (c, r) written.
+                    unsafe { *out.add(c * out_stride + r) = $dot(n, wr, &x[c * stride..]) };
+                }
+            }
         }
         DotKernels { dot: $dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
