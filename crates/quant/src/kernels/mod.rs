@@ -310,6 +310,28 @@ pub(crate) type DotRowsFn = unsafe fn(
     out_stride: usize,
 );
 
+/// The row loop of every [`DotRowsFn`]: `f` (the `N` dots of one weight row) for each row of `w`,
+/// stored at `out[c * out_stride + r]`. Inlined, so `f` is compiled with the kernel's features.
+///
+/// # Safety
+/// `w.len()` is a multiple of `w_row`, and `out` is valid for writes at every
+/// `c * out_stride + r` (`c < N`, `r < w.len() / w_row`).
+#[inline(always)]
+pub(crate) unsafe fn each_row<const N: usize>(
+    w: &[u8],
+    w_row: usize,
+    out: *mut f32,
+    out_stride: usize,
+    mut f: impl FnMut(&[u8]) -> [f32; N],
+) {
+    for (r, wr) in w.chunks_exact(w_row).enumerate() {
+        for (c, v) in f(wr).into_iter().enumerate() {
+            // SAFETY: the caller's contract covers every (c, r) written.
+            unsafe { *out.add(c * out_stride + r) = v };
+        }
+    }
+}
+
 /// Quantize a row of f32 activations into the partner format.
 ///
 /// # Safety

@@ -7,7 +7,7 @@
 
 use std::arch::aarch64::*;
 
-use super::{no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
+use super::{each_row, no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
 use crate::GgmlType;
 
 #[inline(always)]
@@ -78,13 +78,9 @@ macro_rules! neon_kernels {
             out: *mut f32,
             out_stride: usize,
         ) {
-            for (r, wr) in w.chunks_exact(w_row).enumerate() {
-                // SAFETY: forwarded contract of DotRowsFn (one full row).
-                let v = unsafe { dot_q8_0_like::<N>($ty, n, wr, x, stride) };
-                for (c, v) in v.into_iter().enumerate() {
-                    // SAFETY: the caller's contract covers every (c, r) written.
-                    unsafe { *out.add(c * out_stride + r) = v };
-                }
+            // SAFETY: forwarded contract of DotRowsFn; each call gets one full weight row.
+            unsafe {
+                each_row(w, w_row, out, out_stride, |wr| dot_q8_0_like::<N>($ty, n, wr, x, stride))
             }
         }
         DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }

@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 
-use super::{no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
+use super::{each_row, no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
 use crate::blocks::IQ4_NL_VALUES;
 use crate::GgmlType;
 
@@ -378,11 +378,11 @@ macro_rules! scalar_kernels {
             out: *mut f32,
             out_stride: usize,
         ) {
-            for (r, wr) in w.chunks_exact(w_row).enumerate() {
-                for c in 0..N {
-                    // SAFETY: the caller's contract (DotRowsFn) covers every (c, r) written.
-                    unsafe { *out.add(c * out_stride + r) = $dot(n, wr, &x[c * stride..]) };
-                }
+            // SAFETY: the caller's contract (DotRowsFn) covers every output written.
+            unsafe {
+                each_row(w, w_row, out, out_stride, |wr| {
+                    std::array::from_fn::<f32, N, _>(|c| $dot(n, wr, &x[c * stride..]))
+                })
             }
         }
         DotKernels { dot: $dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }

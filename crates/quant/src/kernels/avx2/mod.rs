@@ -522,7 +522,7 @@ macro_rules! simd_kernels {
             unsafe { $f::<$($($g,)*)? 1 $(, $vnni)?>(n, w, x, 0)[0] }
         }
         #[target_feature(enable = $feat)]
-        unsafe fn x2(
+        unsafe fn rows<const N: usize>(
             n: usize,
             w: &[u8],
             w_row: usize,
@@ -531,54 +531,14 @@ macro_rules! simd_kernels {
             out: *mut f32,
             out_stride: usize,
         ) {
-            for (r, wr) in w.chunks_exact(w_row).enumerate() {
-                // SAFETY: forwarded contract of DotRowsFn (one full row).
-                let v = unsafe { $f::<$($($g,)*)? 2 $(, $vnni)?>(n, wr, x, stride) };
-                for (c, v) in v.into_iter().enumerate() {
-                    // SAFETY: the caller's contract covers every (c, r) written.
-                    unsafe { *out.add(c * out_stride + r) = v };
-                }
+            // SAFETY: forwarded contract of DotRowsFn; each call gets one full weight row.
+            unsafe {
+                $crate::kernels::each_row(w, w_row, out, out_stride, |wr| {
+                    $f::<$($($g,)*)? N $(, $vnni)?>(n, wr, x, stride)
+                })
             }
         }
-        #[target_feature(enable = $feat)]
-        unsafe fn x4(
-            n: usize,
-            w: &[u8],
-            w_row: usize,
-            x: &[u8],
-            stride: usize,
-            out: *mut f32,
-            out_stride: usize,
-        ) {
-            for (r, wr) in w.chunks_exact(w_row).enumerate() {
-                // SAFETY: forwarded contract of DotRowsFn (one full row).
-                let v = unsafe { $f::<$($($g,)*)? 4 $(, $vnni)?>(n, wr, x, stride) };
-                for (c, v) in v.into_iter().enumerate() {
-                    // SAFETY: the caller's contract covers every (c, r) written.
-                    unsafe { *out.add(c * out_stride + r) = v };
-                }
-            }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn tile(
-            n: usize,
-            w: &[u8],
-            w_row: usize,
-            x: &[u8],
-            stride: usize,
-            out: *mut f32,
-            out_stride: usize,
-        ) {
-            for (r, wr) in w.chunks_exact(w_row).enumerate() {
-                // SAFETY: forwarded contract of DotRowsFn (one full row).
-                let v = unsafe { $f::<$($($g,)*)? TILE $(, $vnni)?>(n, wr, x, stride) };
-                for (c, v) in v.into_iter().enumerate() {
-                    // SAFETY: the caller's contract covers every (c, r) written.
-                    unsafe { *out.add(c * out_stride + r) = v };
-                }
-            }
-        }
-        DotKernels { dot, x2, x4, tile }
+        DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 pub(super) use simd_kernels;
