@@ -239,18 +239,7 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
             left if left >= TILE => sweep(p, p.k.tile, TILE, r0, r1, acts, x_row, t, cols),
             left if left >= 4 => sweep(p, p.k.x4, 4, r0, r1, acts, x_row, t, cols),
             left if left >= 2 => sweep(p, p.k.x2, 2, r0, r1, acts, x_row, t, cols),
-            _ => {
-                let xt = &acts[t * x_row..(t + 1) * x_row];
-                for r in r0..r1 {
-                    let wr = &p.data[r * p.w_row..(r + 1) * p.w_row];
-                    // The SIMD kernels prefetch the weights ahead themselves (avx2::PREFETCH_AHEAD).
-                    // SAFETY: ISA checked by matmul; full rows.
-                    let v = unsafe { (p.k.dot)(cols, wr, xt) };
-                    // SAFETY: rows r0..r1 of this part belong to this chunk alone; t < m.
-                    unsafe { *p.out.0.add(t * p.rows + r) = v };
-                }
-                1
-            }
+            _ => sweep(p, p.k.x1, 1, r0, r1, acts, x_row, t, cols),
         };
     }
 }

@@ -339,11 +339,13 @@ pub(crate) unsafe fn each_row<const N: usize>(
 /// quantized row.
 pub(crate) type QuantizeFn = unsafe fn(x: &[f32], dst: &mut [u8]);
 
-/// The dot kernels of one weight type on one ISA: one activation row, and 2, 4 or [`TILE`]
-/// rows per weight-block unpack (batched decode, prefill tails, prefill).
+/// The dot kernels of one weight type on one ISA: `dot` for one weight row and one activation
+/// row, and the row-range kernels for 1, 2, 4 or [`TILE`] activation rows per weight-block
+/// unpack (decode, batched decode, prefill tails, prefill).
 #[derive(Clone, Copy)]
 pub(crate) struct DotKernels {
     pub dot: DotFn,
+    pub x1: DotRowsFn,
     pub x2: DotRowsFn,
     pub x4: DotRowsFn,
     pub tile: DotRowsFn,

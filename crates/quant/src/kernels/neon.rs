@@ -83,7 +83,7 @@ macro_rules! neon_kernels {
                 each_row(w, w_row, out, out_stride, |wr| dot_q8_0_like::<N>($ty, n, wr, x, stride))
             }
         }
-        DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
+        DotKernels { dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 

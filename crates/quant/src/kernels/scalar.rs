@@ -385,7 +385,7 @@ macro_rules! scalar_kernels {
                 })
             }
         }
-        DotKernels { dot: $dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
+        DotKernels { dot: $dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 

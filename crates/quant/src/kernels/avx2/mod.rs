@@ -538,7 +538,7 @@ macro_rules! simd_kernels {
                 })
             }
         }
-        DotKernels { dot, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
+        DotKernels { dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
     }};
 }
 pub(super) use simd_kernels;
