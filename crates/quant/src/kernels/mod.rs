@@ -7,7 +7,10 @@
 //! twin in `scalar.rs` that follows ggml's `*_generic` math. Decode (m = 1) streams each weight
 //! byte once; batched decode and prefill run 1-row × {2, 4, [`TILE`]}-token kernels so each
 //! weight block is unpacked once per group of tokens while the rows of a chunk stay in L1/L2
-//! (`matmul.rs`). Paths: scalar, AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with
+//! (`matmul.rs`). The matmul hands a kernel a whole chunk of weight rows (`DotRowsFn`) and the
+//! loop over them runs inside the kernel's target-feature function: a call per row (register
+//! saves, constants, the result returned through memory) cost about an eighth of a 1,536-value
+//! row at 4 tokens, and decode runs ~800k rows a token on a 1.5B model. Paths: scalar, AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with
 //! AVX-512VL+VNNI), NEON (Q8_0/Q4_0 only so far; other types fall back to scalar on aarch64).
 //!
 //! Raw block layouts the kernels read (byte offsets; f16/f32/i16 little-endian):
