@@ -10,8 +10,9 @@
 //! (`matmul.rs`). The matmul hands a kernel a whole chunk of weight rows (`DotRowsFn`) and the
 //! loop over them runs inside the kernel's target-feature function: a call per row (register
 //! saves, constants, the result returned through memory) cost about an eighth of a 1,536-value
-//! row at 4 tokens, and decode runs ~800k rows a token on a 1.5B model. Paths: scalar, AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with
-//! AVX-512VL+VNNI), NEON (Q8_0/Q4_0 only so far; other types fall back to scalar on aarch64).
+//! Q4_K row at 4 tokens, and decode runs ~800k rows a token on a 1.5B model. Paths: scalar,
+//! AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with AVX-512VL+VNNI), NEON (Q8_0/Q4_0
+//! only so far; other types fall back to scalar on aarch64).
 //!
 //! Raw block layouts the kernels read (byte offsets; f16/f32/i16 little-endian):
 //! - Q4_0 (18 B / 32): d f16 @0, qs[16] @2 (value j = low nibble of qs[j], j+16 = high nibble)
@@ -295,10 +296,9 @@ pub struct MatRef<'a> {
 pub(crate) type DotFn = unsafe fn(n: usize, w: &[u8], x: &[u8]) -> f32;
 
 /// `dot_rows(n, w, w_row, x, stride, out, out_stride)`: every weight row of `w` (rows of
-/// `w_row` bytes) · the kernel's `N` (2, 4 or [`TILE`]) activation rows starting at `x[c * stride]`, unpacking each weight
-/// block once for all `N`; weight row `r` · activation row `c` goes to `out[c * out_stride + r]`.
-/// The loop over weight rows sits inside the kernel so a row costs no call, register save or
-/// constant set-up: at 4 activation rows that was an eighth of a 1536-value Q4_K row.
+/// `w_row` bytes) · the kernel's `N` (1, 2, 4 or [`TILE`]) activation rows starting at
+/// `x[c * stride]`, unpacking each weight block once for all `N`; weight row `r` · activation
+/// row `c` goes to `out[c * out_stride + r]` (the module doc says why the row loop is inside).
 ///
 /// # Safety
 /// As [`DotFn`] for every row; `w.len()` is a multiple of `w_row`; `x` holds `(N - 1) * stride`
@@ -473,7 +473,7 @@ pub fn vec_dot_rows_with(
     // SAFETY (all arms): ISA available; `w` is one full row; `x` holds out.len() full rows at
     // `stride`; one weight row writes out[c] for every c < out.len().
     match out.len() {
-        1 => out[0] = unsafe { (k.dot)(n, w, x) },
+        1 => unsafe { (k.x1)(n, w, w_row, x, stride, o, 1) },
         2 => unsafe { (k.x2)(n, w, w_row, x, stride, o, 1) },
         4 => unsafe { (k.x4)(n, w, w_row, x, stride, o, 1) },
         TILE => unsafe { (k.tile)(n, w, w_row, x, stride, o, 1) },
