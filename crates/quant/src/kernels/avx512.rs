@@ -5,7 +5,7 @@
 //! these features. Not yet a 512-bit-wide kernel set.
 
 use super::avx2::{simd_kernels, simd_quantizer, simd_table};
-use super::{DotKernels, Partner, QuantizeFn, TILE};
+use super::{DotKernels, Partner, QuantizeFn};
 use crate::GgmlType;
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {

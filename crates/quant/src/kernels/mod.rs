@@ -335,6 +335,47 @@ pub(crate) unsafe fn each_row<const N: usize>(
     }
 }
 
+/// A [`DotKernels`] from one body that dots a weight row with `N` activation rows:
+/// `kernels_from_row!(#[attrs] |n, wr, x, stride| -> [f32; N] { body })`. The body is inlined into
+/// `dot` (`N` = 1) and into the [`DotRowsFn`] wrappers (`N` = 1, 2, 4, [`TILE`], rows through
+/// [`each_row`]), which carry the attributes (a path's `target_feature`), so every path writes
+/// only its kernel call. The body is an `unsafe fn`'s: it may rely on [`DotRowsFn`]'s contract
+/// for one full weight row.
+macro_rules! kernels_from_row {
+    ($(#[$attr:meta])* |$n:ident, $wr:ident, $x:ident, $stride:ident| -> [f32; $c:ident] $body:block) => {{
+        #[inline(always)]
+        unsafe fn one<const $c: usize>($n: usize, $wr: &[u8], $x: &[u8], $stride: usize) -> [f32; $c] $body
+        $(#[$attr])*
+        unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            // SAFETY: forwarded contract of DotFn (the ISA checked by the dispatcher).
+            unsafe { one::<1>(n, w, x, 0)[0] }
+        }
+        $(#[$attr])*
+        unsafe fn rows<const N: usize>(
+            n: usize,
+            w: &[u8],
+            w_row: usize,
+            x: &[u8],
+            stride: usize,
+            out: *mut f32,
+            out_stride: usize,
+        ) {
+            // SAFETY: forwarded contract of DotRowsFn; each call gets one full weight row.
+            unsafe {
+                $crate::kernels::each_row(w, w_row, out, out_stride, |wr| one::<N>(n, wr, x, stride))
+            }
+        }
+        $crate::kernels::DotKernels {
+            dot,
+            x1: rows::<1>,
+            x2: rows::<2>,
+            x4: rows::<4>,
+            tile: rows::<{ $crate::kernels::TILE }>,
+        }
+    }};
+}
+pub(crate) use kernels_from_row;
+
 /// Quantize a row of f32 activations into the partner format.
 ///
 /// # Safety

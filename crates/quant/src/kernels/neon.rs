@@ -7,7 +7,7 @@
 
 use std::arch::aarch64::*;
 
-use super::{each_row, no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
+use super::{kernels_from_row, no_kernel_types, DotKernels, Partner, QuantizeFn};
 use crate::GgmlType;
 
 #[inline(always)]
@@ -64,27 +64,12 @@ unsafe fn dot_q8_0_like<const C: usize>(
 }
 
 macro_rules! neon_kernels {
-    ($ty:expr) => {{
-        unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
-            // SAFETY: forwarded contract of DotFn (NEON is always present on aarch64).
-            unsafe { dot_q8_0_like::<1>($ty, n, w, x, 0)[0] }
-        }
-        unsafe fn rows<const N: usize>(
-            n: usize,
-            w: &[u8],
-            w_row: usize,
-            x: &[u8],
-            stride: usize,
-            out: *mut f32,
-            out_stride: usize,
-        ) {
-            // SAFETY: forwarded contract of DotRowsFn; each call gets one full weight row.
-            unsafe {
-                each_row(w, w_row, out, out_stride, |wr| dot_q8_0_like::<N>($ty, n, wr, x, stride))
-            }
-        }
-        DotKernels { dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
-    }};
+    ($ty:expr) => {
+        kernels_from_row!(|n, wr, x, stride| -> [f32; N] {
+            // SAFETY: DotRowsFn's contract for one row; NEON is always present on aarch64.
+            unsafe { dot_q8_0_like::<N>($ty, n, wr, x, stride) }
+        })
+    };
 }
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {

@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 
-use super::{each_row, no_kernel_types, DotKernels, Partner, QuantizeFn, TILE};
+use super::{kernels_from_row, no_kernel_types, DotKernels, Partner, QuantizeFn};
 use crate::blocks::IQ4_NL_VALUES;
 use crate::GgmlType;
 
@@ -366,27 +366,13 @@ pub(crate) fn dot_iq4_xs(n: usize, w: &[u8], x: &[u8]) -> f32 {
         .sum()
 }
 
-/// Wrap scalar `dot`s into a [`DotKernels`] (the multi-row kernels just loop over the rows).
+/// Wrap a scalar `dot` into a [`DotKernels`] (the multi-row kernels call it once per row).
 macro_rules! scalar_kernels {
-    ($dot:ident) => {{
-        unsafe fn rows<const N: usize>(
-            n: usize,
-            w: &[u8],
-            w_row: usize,
-            x: &[u8],
-            stride: usize,
-            out: *mut f32,
-            out_stride: usize,
-        ) {
-            // SAFETY: the caller's contract (DotRowsFn) covers every output written.
-            unsafe {
-                each_row(w, w_row, out, out_stride, |wr| {
-                    std::array::from_fn::<f32, N, _>(|c| $dot(n, wr, &x[c * stride..]))
-                })
-            }
-        }
-        DotKernels { dot: $dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
-    }};
+    ($dot:ident) => {
+        kernels_from_row!(|n, wr, x, stride| -> [f32; N] {
+            std::array::from_fn(|c| $dot(n, wr, &x[c * stride..]))
+        })
+    };
 }
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {

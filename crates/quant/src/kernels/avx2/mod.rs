@@ -22,7 +22,7 @@ mod kquants;
 
 pub(super) use kquants::*;
 
-use super::{DotKernels, Partner, QuantizeFn, TILE};
+use super::{DotKernels, Partner, QuantizeFn};
 use crate::blocks::IQ4_NL_VALUES;
 use crate::GgmlType;
 
@@ -515,31 +515,13 @@ pub(super) unsafe fn dot_legacy_min<W: LegacyUnsigned, const C: usize, const VNN
 /// for the target features `$feat` (the kernel bodies are `#[inline(always)]`, so the intrinsics
 /// they call are compiled with the wrapper's features).
 macro_rules! simd_kernels {
-    ($feat:literal, $f:ident $(:: < $($g:ty),* >)? $(, $vnni:literal)?) => {{
-        #[target_feature(enable = $feat)]
-        unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
-            // SAFETY: forwarded contract of DotFn (ISA checked by the dispatcher).
-            unsafe { $f::<$($($g,)*)? 1 $(, $vnni)?>(n, w, x, 0)[0] }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn rows<const N: usize>(
-            n: usize,
-            w: &[u8],
-            w_row: usize,
-            x: &[u8],
-            stride: usize,
-            out: *mut f32,
-            out_stride: usize,
-        ) {
-            // SAFETY: forwarded contract of DotRowsFn; each call gets one full weight row.
-            unsafe {
-                $crate::kernels::each_row(w, w_row, out, out_stride, |wr| {
-                    $f::<$($($g,)*)? N $(, $vnni)?>(n, wr, x, stride)
-                })
-            }
-        }
-        DotKernels { dot, x1: rows::<1>, x2: rows::<2>, x4: rows::<4>, tile: rows::<TILE> }
-    }};
+    ($feat:literal, $f:ident $(:: < $($g:ty),* >)? $(, $vnni:literal)?) => {
+        $crate::kernels::kernels_from_row!(#[target_feature(enable = $feat)] |n, wr, x, stride| -> [f32; N] {
+            // SAFETY: the kernel's contract is DotRowsFn's for one row (ISA checked by the
+            // dispatcher).
+            unsafe { $f::<$($($g,)*)? N $(, $vnni)?>(n, wr, x, stride) }
+        })
+    };
 }
 pub(super) use simd_kernels;
 
