@@ -288,20 +288,14 @@ pub struct MatRef<'a> {
     pub cols: usize,
 }
 
-/// `dot(n, w, x)`: one weight row of `n` values · one activation row in the partner format.
-///
-/// # Safety
-/// The CPU supports the kernel's ISA; `n` is a whole number of blocks of both formats; `w` and
-/// `x` hold at least a full row each.
-pub(crate) type DotFn = unsafe fn(n: usize, w: &[u8], x: &[u8]) -> f32;
-
 /// `dot_rows(n, w, w_row, x, stride, out, out_stride)`: every weight row of `w` (rows of
 /// `w_row` bytes) · the kernel's `N` (1, 2, 4 or [`TILE`]) activation rows starting at
 /// `x[c * stride]`, unpacking each weight block once for all `N`; weight row `r` · activation
 /// row `c` goes to `out[c * out_stride + r]` (the module doc says why the row loop is inside).
 ///
 /// # Safety
-/// As [`DotFn`] for every row; `w.len()` is a multiple of `w_row`; `x` holds `(N - 1) * stride`
+/// The CPU supports the kernel's ISA; `n` is a whole number of blocks of both formats;
+/// `w.len()` is a multiple of `w_row` (a full row of `n` values); `x` holds `(N - 1) * stride`
 /// bytes plus a full row; `out` is valid for writes at every `c * out_stride + r`.
 pub(crate) type DotRowsFn = unsafe fn(
     n: usize,
@@ -337,19 +331,13 @@ pub(crate) unsafe fn each_row<const N: usize>(
 
 /// A [`DotKernels`] from one body that dots a weight row with `N` activation rows:
 /// `kernels_from_row!(#[attrs] |n, wr, x, stride| -> [f32; N] { body })`. The body is inlined into
-/// `dot` (`N` = 1) and into the [`DotRowsFn`] wrappers (`N` = 1, 2, 4, [`TILE`], rows through
-/// [`each_row`]), which carry the attributes (a path's `target_feature`), so every path writes
-/// only its kernel call. The body is an `unsafe fn`'s: it may rely on [`DotRowsFn`]'s contract
+/// the [`DotRowsFn`] wrappers (`N` = 1, 2, 4, [`TILE`], rows through [`each_row`]), which carry
+/// the attributes (a path's `target_feature`), so every path writes only its kernel call. The body is an `unsafe fn`'s: it may rely on [`DotRowsFn`]'s contract
 /// for one full weight row.
 macro_rules! kernels_from_row {
     ($(#[$attr:meta])* |$n:ident, $wr:ident, $x:ident, $stride:ident| -> [f32; $c:ident] $body:block) => {{
         #[inline(always)]
         unsafe fn one<const $c: usize>($n: usize, $wr: &[u8], $x: &[u8], $stride: usize) -> [f32; $c] $body
-        $(#[$attr])*
-        unsafe fn dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
-            // SAFETY: forwarded contract of DotFn (the ISA checked by the dispatcher).
-            unsafe { one::<1>(n, w, x, 0)[0] }
-        }
         $(#[$attr])*
         unsafe fn rows<const N: usize>(
             n: usize,
@@ -366,7 +354,6 @@ macro_rules! kernels_from_row {
             }
         }
         $crate::kernels::DotKernels {
-            dot,
             x1: rows::<1>,
             x2: rows::<2>,
             x4: rows::<4>,
@@ -383,12 +370,10 @@ pub(crate) use kernels_from_row;
 /// quantized row.
 pub(crate) type QuantizeFn = unsafe fn(x: &[f32], dst: &mut [u8]);
 
-/// The dot kernels of one weight type on one ISA: `dot` for one weight row and one activation
-/// row, and the row-range kernels for 1, 2, 4 or [`TILE`] activation rows per weight-block
-/// unpack (decode, batched decode, prefill tails, prefill).
+/// The dot kernels of one weight type on one ISA: row-range kernels for 1, 2, 4 or [`TILE`]
+/// activation rows per weight-block unpack (decode, batched decode, prefill tails, prefill).
 #[derive(Clone, Copy)]
 pub(crate) struct DotKernels {
-    pub dot: DotFn,
     pub x1: DotRowsFn,
     pub x2: DotRowsFn,
     pub x4: DotRowsFn,
@@ -493,8 +478,11 @@ pub fn vec_dot_with(
 ) -> Result<f32, KernelError> {
     let k = row_kernels(isa, ty, n, w)?;
     check_len("activation row", act_row_bytes(vec_dot_type(ty), n)?, x.len())?;
-    // SAFETY: ISA available, both rows complete and `n` whole blocks of both formats.
-    Ok(unsafe { (k.dot)(n, w, x) })
+    let mut out = 0f32;
+    // SAFETY: ISA available, both rows complete and `n` whole blocks of both formats; one weight
+    // row and one activation row write `out` alone.
+    unsafe { (k.x1)(n, w, w.len(), x, 0, &mut out, 1) };
+    Ok(out)
 }
 
 /// As [`vec_dot_with`] for 1, 2, 4 or [`TILE`] activation rows laid end to end in `x`, through
