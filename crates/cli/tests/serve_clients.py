@@ -89,6 +89,28 @@ if words:
     check(s.choices[0].finish_reason == "stop", "stop ends with finish_reason stop")
     check(s.choices[0].text == text[: text.find(words[-1])], f"stop text {s.choices[0].text!r}")
 
+# JSON mode: the answer is one JSON object, closed before the token budget, sampled or not; a
+# schema is refused with a 400 that says what to use instead.
+ask_json = [{"role": "user", "content": "Give a person's name and age as JSON."}]
+for t in (0, 1.0):
+    j = oa.chat.completions.create(model=model, messages=ask_json, max_tokens=60, temperature=t,
+                                   seed=7, response_format={"type": "json_object"})
+    content = j.choices[0].message.content
+    check(j.choices[0].finish_reason == "stop" and isinstance(json.loads(content), dict),
+          f"json_object at temperature {t}: {content!r}")
+# (The legacy completions call has no response_format parameter: it goes in the body.)
+jc = oa.completions.create(model=model, prompt="Once upon a time", max_tokens=60, temperature=0,
+                           extra_body={"response_format": {"type": "json_object"}})
+check(jc.choices[0].text.startswith("{") and isinstance(json.loads(jc.choices[0].text), dict),
+      f"json_object on a prompt that is no question: {jc.choices[0].text!r}")
+e = raises(openai.BadRequestError,
+           lambda: oa.chat.completions.create(
+               model=model, messages=ask_json, max_tokens=4,
+               response_format={"type": "json_schema",
+                                "json_schema": {"name": "p", "schema": {"type": "object"}}}),
+           "json_schema")
+check("json_object" in str(e), f"json_schema's 400 names json_object: {e}")
+
 sampled = dict(model=model, messages=hello, max_tokens=8, temperature=1.0, top_p=1.0)
 a = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
 b = oa.chat.completions.create(seed=42, **sampled).choices[0].message.content
@@ -172,6 +194,13 @@ check(g.response == text and g.eval_count == 6 and g.done_reason == "length",
       f"raw generate == completion: {g.response!r}")
 gs = list(ol.generate(model=model, prompt="Name a color.", options={"num_predict": 4}, stream=True))
 check(gs[-1].done and gs[-1].eval_count <= 4, "streamed generate")
+
+jo = ol.chat(model=model, messages=ask_json, format="json", options={"num_predict": 60})
+check(isinstance(json.loads(jo.message.content), dict), f"ollama format json: {jo.message.content!r}")
+e = raises(ollama.ResponseError,
+           lambda: ol.generate(model=model, prompt="x", format={"type": "object"}),
+           "ollama format schema")
+check(e.status_code == 400 and "json" in str(e), f"a schema in format is 400: {e}")
 
 e = raises(ollama.ResponseError, lambda: ol.chat(model="no-such-model", messages=hello),
            "ollama: unknown model")

@@ -4,10 +4,12 @@
 #![forbid(unsafe_code)]
 
 pub mod generate;
+pub mod json;
 pub mod perplexity;
 pub mod sampling;
 
 pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
+pub use json::JsonMask;
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams};

@@ -382,8 +382,9 @@ impl AppState {
         ApiError,
     > {
         let max_tokens = s.max_tokens.unwrap_or(self.engine.n_ctx);
-        let (sampling, stop) = (s.sampling, s.stop);
-        let req = scheduler::Request { prompt, sampling, max_tokens, stop, logprobs, adapters };
+        let (sampling, stop, json) = (s.sampling, s.stop, s.json);
+        let req =
+            scheduler::Request { prompt, sampling, max_tokens, stop, json, logprobs, adapters };
         self.engine.request(req).map_err(|r| ApiError::refused(style, r))
     }
 }
@@ -410,6 +411,9 @@ pub struct Settings {
     /// At least 1; `None`: until the context is full.
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// JSON mode: the answer is one JSON object (OpenAI's `response_format` `json_object`,
+    /// Ollama's `format: "json"`); generation ends when the object closes.
+    pub json: bool,
 }
 
 impl Settings {
@@ -423,7 +427,7 @@ impl Settings {
         if max_tokens == Some(0) {
             return Err(ApiError::bad_request(style, "the token limit must be at least 1"));
         }
-        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop })
+        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop, json: false })
     }
 }
 

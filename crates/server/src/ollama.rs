@@ -82,6 +82,9 @@ pub struct ChatRequest {
     messages: Vec<ChatMessage>,
     stream: Option<bool>,
     options: Option<Options>,
+    /// `"json"`: the answer is one JSON object (JSON mode). JSON schemas are refused (400).
+    #[schemars(with = "Option<String>")]
+    format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -96,6 +99,9 @@ pub struct GenerateRequest {
     raw: bool,
     stream: Option<bool>,
     options: Option<Options>,
+    /// `"json"`: the answer is one JSON object (JSON mode). JSON schemas are refused (400).
+    #[schemars(with = "Option<String>")]
+    format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -125,8 +131,9 @@ fn required_model(model: Option<String>, name: Option<String>) -> Result<String,
     }
 }
 
-/// `Options` validated: the sampling settings, the token limit and the stop strings.
-fn settings(options: Option<Options>) -> Result<Settings, ApiError> {
+/// `Options` and `format` validated: the sampling settings, the token limit, the stop strings
+/// and JSON mode.
+fn settings(options: Option<Options>, format: Option<Value>) -> Result<Settings, ApiError> {
     let o = options.unwrap_or_default();
     let knobs = Knobs {
         temperature: o.temperature,
@@ -141,7 +148,25 @@ fn settings(options: Option<Options>) -> Result<Settings, ApiError> {
     };
     // Negative num_predict: until the context is full.
     let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
-    Settings::new(S, &knobs, max, o.stop.unwrap_or_default())
+    let mut s = Settings::new(S, &knobs, max, o.stop.unwrap_or_default())?;
+    s.json =
+        match format {
+            None | Some(Value::Null) => false,
+            Some(Value::String(f)) if f.is_empty() => false,
+            Some(Value::String(f)) if f == "json" => true,
+            Some(Value::Object(_)) => return Err(ApiError::bad_request(
+                S,
+                "format with a JSON schema is not supported: use \"json\" and describe the fields \
+                 in the prompt",
+            )),
+            Some(other) => {
+                return Err(ApiError::bad_request(
+                    S,
+                    format!("format must be \"json\" (or absent), got {other}"),
+                ))
+            }
+        };
+    Ok(s)
 }
 
 /// `/api/show`'s request, decoded: the model asked about.
@@ -185,7 +210,7 @@ impl Chat {
     pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
         let req: ChatRequest = from_json(S, body)?;
         Ok(Chat {
-            settings: settings(req.options)?,
+            settings: settings(req.options, req.format)?,
             model: req.model,
             messages: some_messages(S, req.messages)?,
             stream: req.stream.unwrap_or(true),
@@ -208,7 +233,7 @@ impl Generate {
     pub fn decode(body: &[u8]) -> Result<Generate, ApiError> {
         let req: GenerateRequest = from_json(S, body)?;
         Ok(Generate {
-            settings: settings(req.options)?,
+            settings: settings(req.options, req.format)?,
             model: req.model,
             prompt: req.prompt,
             system: req.system,

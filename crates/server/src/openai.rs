@@ -6,7 +6,8 @@
 //! tokens generated (an end-of-generation token is not counted). Not supported (400): `n` > 1;
 //! `logprobs` (chat: `logprobs: true` and `top_logprobs` 0..=20; completions: `logprobs: N`,
 //! 0..=20) returns each generated token's log-probability in OpenAI's shapes, streamed and not
-//! ([`crate::logprobs`] says which distribution).
+//! ([`crate::logprobs`] says which distribution). `response_format: {"type": "json_object"}` is
+//! JSON mode ([`engine::json`]); `json_schema` is a 400.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,6 +67,25 @@ pub struct Common {
     /// LoRA adapters by id (`GET /lora-adapters`) and scale, llama-server's field: only these
     /// apply.
     pub lora: Option<Vec<LoraScale>>,
+    /// `{"type": "json_object"}`: the answer is one JSON object (JSON mode); `{"type": "text"}`:
+    /// no constraint. `json_schema` is refused (400).
+    response_format: Option<ResponseFormat>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiResponseFormat")]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: ResponseFormatType,
+}
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiResponseFormatType")]
+enum ResponseFormatType {
+    Text,
+    JsonObject,
+    JsonSchema,
 }
 
 /// A chat message as the schema describes it (the handler reads it from JSON by hand, to say
@@ -233,7 +253,18 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
         crate::adapters::check_lora(S, l)?;
     }
     let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
-    Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))
+    let mut s = Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))?;
+    s.json =
+        match c.response_format.as_ref().map(|f| &f.kind) {
+            None | Some(ResponseFormatType::Text) => false,
+            Some(ResponseFormatType::JsonObject) => true,
+            Some(ResponseFormatType::JsonSchema) => return Err(ApiError::bad_request(
+                S,
+                "response_format json_schema is not supported: use {\"type\": \"json_object\"} \
+                 and describe the fields in the prompt",
+            )),
+        };
+    Ok(s)
 }
 
 fn finish_reason(r: FinishReason) -> &'static str {

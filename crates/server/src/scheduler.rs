@@ -50,7 +50,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{Sampler, SamplerParams, StopMatcher};
+use engine::{JsonMask, Sampler, SamplerParams, StopMatcher};
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -72,6 +72,9 @@ pub struct Request {
     pub max_tokens: usize,
     /// Text that ends generation (not included in the output).
     pub stop: Vec<String>,
+    /// JSON mode: only tokens that keep the answer a prefix of a JSON object are sampled, and
+    /// the answer ends when the object closes ([`engine::json`]).
+    pub json: bool,
     /// Log-probabilities of each generated token, with this many alternatives (at most
     /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
     pub logprobs: Option<usize>,
@@ -267,7 +270,8 @@ impl Handle {
         stop: Vec<String>,
     ) -> Result<UnboundedReceiver<Event>, Refused> {
         let adapters = AdapterSet::default();
-        let r = Request { prompt, sampling, max_tokens, stop, logprobs: None, adapters };
+        let r =
+            Request { prompt, sampling, max_tokens, stop, json: false, logprobs: None, adapters };
         Ok(self.request(r)?.0)
     }
 
@@ -282,7 +286,15 @@ impl Handle {
         top: usize,
     ) -> Result<(UnboundedReceiver<Event>, UnboundedReceiver<TokenLogprob>), Refused> {
         let adapters = AdapterSet::default();
-        let r = Request { prompt, sampling, max_tokens, stop, logprobs: Some(top), adapters };
+        let r = Request {
+            prompt,
+            sampling,
+            max_tokens,
+            stop,
+            json: false,
+            logprobs: Some(top),
+            adapters,
+        };
         match self.request(r)? {
             (rx, Some(lp)) => Ok((rx, lp)),
             (_, None) => unreachable!("a request with logprobs has their receiver"),
@@ -351,6 +363,8 @@ struct Seq {
     sampler: Sampler,
     decoder: StreamDecoder<Arc<Tokenizer>>,
     stops: StopMatcher,
+    /// JSON mode's state (`Request::json`).
+    json: Option<JsonMask>,
     /// The prompt, then each sampled token once it is to be fed: the tokens at the KV's
     /// positions, for the prefix cache.
     tokens: Vec<u32>,
@@ -440,6 +454,9 @@ struct Scheduler {
     rows: Vec<usize>,
     sizer: ChunkSizer,
     shed: Shed,
+    /// A copy of the output row with the tokens JSON mode forbids at −∞ (vocabulary-sized once a
+    /// JSON-mode request has run).
+    masked: Vec<f32>,
 }
 
 impl Scheduler {
@@ -466,6 +483,7 @@ impl Scheduler {
             rows: Vec::new(),
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
             shed,
+            masked: Vec::new(),
         }
     }
 
@@ -540,6 +558,7 @@ impl Scheduler {
                 sampler,
                 decoder: StreamDecoder::new(self.tok.clone()),
                 stops: StopMatcher::new(&job.req.stop),
+                json: job.req.json.then(JsonMask::new),
                 tokens: job.req.prompt.clone(),
                 n_past: hit,
                 next: 0,
@@ -673,7 +692,26 @@ impl Scheduler {
         let n_ctx = self.ctx.params.n_ctx;
         let logits = self.ctx.logits(row);
         let q = self.slots[s].as_mut().expect("sampled slots are occupied");
-        let tok = q.sampler.sample(logits);
+        let tok = match &mut q.json {
+            None => q.sampler.sample(logits),
+            Some(json) => {
+                self.masked.clear();
+                self.masked.extend_from_slice(logits);
+                let tk = &self.tok;
+                // Control tokens have no text an answer may hold; the mask refuses empty pieces.
+                let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
+                if !json.apply(&mut self.masked, piece, |t| tk.is_eog(t)) {
+                    // Nothing the vocabulary holds continues the object (never met in practice:
+                    // single-character tokens always do); end rather than break the format.
+                    return Some(FinishReason::Stop);
+                }
+                let tok = q.sampler.sample(&self.masked);
+                if !tk.is_eog(tok) {
+                    json.accept(tk.token_piece(tok));
+                }
+                tok
+            }
+        };
         q.sampler.accept(tok);
         let now = Instant::now();
         match q.last {
@@ -698,6 +736,9 @@ impl Scheduler {
         }
         if hit {
             q.stop_hit = true;
+            return Some(FinishReason::Stop);
+        }
+        if q.json.as_ref().is_some_and(JsonMask::is_complete) {
             return Some(FinishReason::Stop);
         }
         if q.n_gen >= q.job.req.max_tokens {

@@ -1,0 +1,437 @@
+//! JSON mode (OpenAI's `response_format: {"type": "json_object"}`, Ollama's `format: "json"`):
+//! the answer must be one JSON object. [`JsonPrefix`] is a byte-at-a-time JSON syntax checker
+//! (RFC 8259) small enough to copy: the container stack is a bit per level in a `u128`, so the
+//! scheduler tries every vocabulary token's bytes from the current state on a copy. [`JsonMask`]
+//! does that once per sampled token and leaves the sampler only the tokens that keep the text a
+//! prefix of some JSON object, and the end-of-generation tokens only once the object is closed.
+//!
+//! Cost: one pass over the vocabulary's token bytes per sampled token (about 1 M byte steps for
+//! a 150 k vocabulary, a few ms), paid only by requests in JSON mode.
+
+/// Containers nested deeper than this are refused (the stack is one bit per level).
+pub const MAX_DEPTH: u32 = 128;
+
+/// Whitespace bytes in a row outside strings at most (a line break and its indentation), so a
+/// model cannot fill its token budget with blanks; llama.cpp's JSON grammar bounds it likewise.
+pub const MAX_WS_RUN: u8 = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Before the top-level object: the answer starts with `{`.
+    Start,
+    /// A value is expected (after `:`, `[` or `,` in an array).
+    Value,
+    /// In an array right after `[`: a value or `]`.
+    ValueOrClose,
+    /// In an object: a key string is expected (after `,`).
+    Key,
+    /// In an object right after `{`: a key or `}`.
+    KeyOrClose,
+    /// After a key: `:`.
+    Colon,
+    /// After a value inside a container: `,` or the closing bracket.
+    AfterValue,
+    /// Inside a string; `key` says whether it is an object key.
+    Str { key: bool },
+    /// After a backslash in a string.
+    Escape { key: bool },
+    /// In a `\uXXXX` escape with this many hex digits left.
+    Hex { key: bool, left: u8 },
+    /// In a number; the part we are in.
+    Num(Num),
+    /// In `true`, `false` or `null`: the literal and how many bytes are matched.
+    Lit { word: u8, at: u8 },
+    /// The top-level object is closed: only whitespace may follow.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Num {
+    /// After `-`.
+    Minus,
+    /// After a leading `0`.
+    Zero,
+    /// In the integer digits.
+    Int,
+    /// After `.`.
+    Dot,
+    /// In the fraction digits.
+    Frac,
+    /// After `e`/`E`.
+    Exp,
+    /// After the exponent's sign.
+    ExpSign,
+    /// In the exponent digits.
+    ExpInt,
+}
+
+const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
+
+/// The state of a JSON text read so far: `Copy`, so trying a token is a copy and a few steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JsonPrefix {
+    mode: Mode,
+    /// Bit `i` set: level `i` is an object (clear: an array).
+    stack: u128,
+    depth: u32,
+    /// Whitespace bytes in a row outside strings.
+    ws: u8,
+}
+
+impl Default for JsonPrefix {
+    fn default() -> Self {
+        JsonPrefix { mode: Mode::Start, stack: 0, depth: 0, ws: 0 }
+    }
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+impl JsonPrefix {
+    pub fn new() -> JsonPrefix {
+        JsonPrefix::default()
+    }
+
+    /// True once the top-level object is closed.
+    pub fn is_complete(&self) -> bool {
+        self.mode == Mode::Done
+    }
+
+    /// Feeds `bytes`; false (and the state is then unspecified) if they cannot continue a JSON
+    /// object.
+    pub fn push_all(&mut self, bytes: &[u8]) -> bool {
+        bytes.iter().all(|&b| self.push(b))
+    }
+
+    fn in_object(&self) -> bool {
+        self.depth > 0 && (self.stack >> (self.depth - 1)) & 1 == 1
+    }
+
+    fn open(&mut self, object: bool) -> bool {
+        if self.depth >= MAX_DEPTH {
+            return false;
+        }
+        if object {
+            self.stack |= 1 << self.depth;
+        } else {
+            self.stack &= !(1 << self.depth);
+        }
+        self.depth += 1;
+        self.mode = if object { Mode::KeyOrClose } else { Mode::ValueOrClose };
+        true
+    }
+
+    /// A value ended: back in the enclosing container, or done at the top.
+    fn value_done(&mut self) {
+        self.mode = if self.depth == 0 { Mode::Done } else { Mode::AfterValue };
+    }
+
+    fn close(&mut self, b: u8) -> bool {
+        let want = if self.in_object() { b'}' } else { b']' };
+        if b != want {
+            return false;
+        }
+        self.depth -= 1;
+        self.value_done();
+        true
+    }
+
+    /// The first byte of a value.
+    fn start_value(&mut self, b: u8) -> bool {
+        match b {
+            b'{' => self.open(true),
+            b'[' => self.open(false),
+            b'"' => {
+                self.mode = Mode::Str { key: false };
+                true
+            }
+            b'-' => {
+                self.mode = Mode::Num(Num::Minus);
+                true
+            }
+            b'0' => {
+                self.mode = Mode::Num(Num::Zero);
+                true
+            }
+            b'1'..=b'9' => {
+                self.mode = Mode::Num(Num::Int);
+                true
+            }
+            _ => match WORDS.iter().position(|w| w[0] == b) {
+                Some(w) => {
+                    self.mode = Mode::Lit { word: w as u8, at: 1 };
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// One byte; false if it cannot continue a JSON object.
+    pub fn push(&mut self, b: u8) -> bool {
+        let in_str = matches!(self.mode, Mode::Str { .. } | Mode::Escape { .. } | Mode::Hex { .. });
+        if !in_str && is_ws(b) {
+            if self.ws == MAX_WS_RUN || self.mode == Mode::Start {
+                return false;
+            }
+            self.ws += 1;
+        } else {
+            self.ws = 0;
+        }
+        self.step(b)
+    }
+
+    fn step(&mut self, b: u8) -> bool {
+        match self.mode {
+            Mode::Start => b == b'{' && self.open(true),
+            Mode::Done => is_ws(b),
+            Mode::Value => is_ws(b) || self.start_value(b),
+            Mode::ValueOrClose => is_ws(b) || (b == b']' && self.close(b)) || self.start_value(b),
+            Mode::Key | Mode::KeyOrClose => {
+                if is_ws(b) {
+                    true
+                } else if b == b'"' {
+                    self.mode = Mode::Str { key: true };
+                    true
+                } else {
+                    self.mode == Mode::KeyOrClose && b == b'}' && self.close(b)
+                }
+            }
+            Mode::Colon => {
+                if b == b':' {
+                    self.mode = Mode::Value;
+                }
+                is_ws(b) || b == b':'
+            }
+            Mode::AfterValue => {
+                if is_ws(b) {
+                    true
+                } else if b == b',' {
+                    self.mode = if self.in_object() { Mode::Key } else { Mode::Value };
+                    true
+                } else {
+                    (b == b'}' || b == b']') && self.close(b)
+                }
+            }
+            Mode::Str { key } => match b {
+                b'"' => {
+                    if key {
+                        self.mode = Mode::Colon;
+                    } else {
+                        self.value_done();
+                    }
+                    true
+                }
+                b'\\' => {
+                    self.mode = Mode::Escape { key };
+                    true
+                }
+                // Control characters must be escaped; UTF-8 bytes pass (the text is valid UTF-8
+                // by construction of the tokens' bytes once joined).
+                0x00..=0x1f => false,
+                _ => true,
+            },
+            Mode::Escape { key } => match b {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                    self.mode = Mode::Str { key };
+                    true
+                }
+                b'u' => {
+                    self.mode = Mode::Hex { key, left: 4 };
+                    true
+                }
+                _ => false,
+            },
+            Mode::Hex { key, left } => {
+                if !b.is_ascii_hexdigit() {
+                    return false;
+                }
+                self.mode =
+                    if left == 1 { Mode::Str { key } } else { Mode::Hex { key, left: left - 1 } };
+                true
+            }
+            Mode::Lit { word, at } => {
+                let w = WORDS[word as usize];
+                if w[at as usize] != b {
+                    return false;
+                }
+                if at as usize + 1 == w.len() {
+                    self.value_done();
+                } else {
+                    self.mode = Mode::Lit { word, at: at + 1 };
+                }
+                true
+            }
+            Mode::Num(n) => self.number(n, b),
+        }
+    }
+
+    fn number(&mut self, n: Num, b: u8) -> bool {
+        let digit = b.is_ascii_digit();
+        let next = match (n, b) {
+            (Num::Minus, b'0') => Some(Num::Zero),
+            (Num::Minus, _) if digit => Some(Num::Int),
+            (Num::Int, _) if digit => Some(Num::Int),
+            (Num::Zero | Num::Int, b'.') => Some(Num::Dot),
+            (Num::Zero | Num::Int | Num::Frac | Num::ExpInt, _) if digit && n != Num::Zero => {
+                Some(n)
+            }
+            (Num::Zero | Num::Int | Num::Frac, b'e' | b'E') => Some(Num::Exp),
+            (Num::Dot | Num::Frac, _) if digit => Some(Num::Frac),
+            (Num::Exp, b'+' | b'-') => Some(Num::ExpSign),
+            (Num::Exp | Num::ExpSign | Num::ExpInt, _) if digit => Some(Num::ExpInt),
+            _ => None,
+        };
+        if let Some(n) = next {
+            self.mode = Mode::Num(n);
+            return true;
+        }
+        // The number may end here (not after `-`, `.`, `e` or the exponent's sign): the byte
+        // then belongs to what follows it.
+        if matches!(n, Num::Minus | Num::Dot | Num::Exp | Num::ExpSign) {
+            return false;
+        }
+        self.value_done();
+        self.step(b)
+    }
+}
+
+/// Which tokens may come next in JSON mode.
+pub struct JsonMask {
+    state: JsonPrefix,
+}
+
+impl Default for JsonMask {
+    fn default() -> Self {
+        JsonMask::new()
+    }
+}
+
+impl JsonMask {
+    pub fn new() -> JsonMask {
+        JsonMask { state: JsonPrefix::new() }
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.state.is_complete()
+    }
+
+    /// Sets `logits[t]` to −∞ for every token `t` that cannot come next: `piece(t)` gives its
+    /// bytes, `eog(t)` says it ends the generation (allowed only once the object is closed; a
+    /// token with no bytes is never allowed otherwise). Returns whether any token is left.
+    pub fn apply<'a>(
+        &self,
+        logits: &mut [f32],
+        piece: impl Fn(u32) -> &'a [u8],
+        eog: impl Fn(u32) -> bool,
+    ) -> bool {
+        let mut any = false;
+        for (t, l) in logits.iter_mut().enumerate() {
+            let t = t as u32;
+            let ok = if eog(t) {
+                self.state.is_complete()
+            } else {
+                let bytes = piece(t);
+                let mut s = self.state;
+                !bytes.is_empty() && s.push_all(bytes)
+            };
+            if ok {
+                any |= *l > f32::NEG_INFINITY;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        any
+    }
+
+    /// Moves the state past a sampled token's bytes (which [`JsonMask::apply`] allowed).
+    pub fn accept(&mut self, bytes: &[u8]) {
+        let ok = self.state.push_all(bytes);
+        debug_assert!(ok, "a token the mask refused was sampled");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(text: &str) -> bool {
+        JsonPrefix::new().push_all(text.as_bytes())
+    }
+
+    fn complete(text: &str) -> bool {
+        let mut s = JsonPrefix::new();
+        s.push_all(text.as_bytes()) && s.is_complete()
+    }
+
+    #[test]
+    fn whole_objects_are_complete() {
+        for t in [
+            r#"{}"#,
+            r#"{"a": 1}"#,
+            r#"{"a": [1, -2.5e+3, 0, 0.25, true, false, null, "x\"\u00e9"], "b": {"c": {}}}"#,
+            "{\"emoji\": \"é ü\"}\n",
+        ] {
+            assert!(complete(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn prefixes_are_accepted_but_not_complete() {
+        for t in [r#"{"#, r#"{"a"#, r#"{"a": "#, r#"{"a": [1, 2"#, r#"{"a": tr"#, r#"{"a": -"#] {
+            assert!(ok(t), "{t}");
+            assert!(!complete(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn what_no_json_object_starts_with_is_refused() {
+        for t in [
+            "[1]",
+            " {}",
+            "{\"a\":                                  1}",
+            "\"s\"",
+            "Sure! {",
+            "{a: 1}",
+            "{\"a\" 1}",
+            "{\"a\": 01}",
+            "{\"a\": 1,}",
+            "{\"a\": [1,]}",
+            "{\"a\": tru }",
+            "{\"a\": \"\u{1}\"}",
+            "{\"a\": \"\\x\"}",
+            "{\"a\": 1}}",
+            "{\"a\": 1} x",
+            "{\"a\": -}",
+            "{\"a\": 1.}",
+            "{\"a\": [}",
+        ] {
+            assert!(!ok(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = format!("{{\"a\": {}", "[".repeat(MAX_DEPTH as usize - 1));
+        assert!(ok(&deep));
+        assert!(!ok(&format!("{deep}[")));
+    }
+
+    #[test]
+    fn the_mask_allows_continuations_and_the_end_only_when_closed() {
+        let pieces: [&[u8]; 5] = [b"{\"", b"a\":", b" 1}", b"hello", b""];
+        let eog = |t: u32| t == 4;
+        let mut m = JsonMask::new();
+        let mut logits = [0.0; 5];
+        assert!(m.apply(&mut logits, |t| pieces[t as usize], eog));
+        assert_eq!(logits.map(|l| l == 0.0), [true, false, false, false, false]);
+        for piece in &pieces[..3] {
+            m.accept(piece);
+        }
+        assert!(m.is_complete());
+        let mut logits = [0.0; 5];
+        assert!(m.apply(&mut logits, |t| pieces[t as usize], eog));
+        assert_eq!(logits.map(|l| l == 0.0), [false, false, false, false, true]);
+    }
+}
