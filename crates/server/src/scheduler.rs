@@ -712,7 +712,14 @@ impl Scheduler {
                     // single-character tokens always do); end rather than break the format.
                     return Some(FinishReason::Stop);
                 }
-                let tok = q.sampler.sample(&self.masked);
+                let mut tok = q.sampler.sample(&self.masked);
+                if self.masked[tok as usize] == f32::NEG_INFINITY {
+                    // Only the sampler's last-candidate fallback (float rounding in its draw
+                    // without min-p) can land on a refused token: take the best allowed one.
+                    tok = (0..self.masked.len())
+                        .max_by(|&a, &b| self.masked[a].total_cmp(&self.masked[b]))
+                        .map_or(tok, |t| t as u32);
+                }
                 if !tk.is_eog(tok) {
                     json.accept(tk.token_piece(tok));
                 }
