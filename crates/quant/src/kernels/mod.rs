@@ -332,8 +332,8 @@ pub(crate) unsafe fn each_row<const N: usize>(
 /// A [`DotKernels`] from one body that dots a weight row with `N` activation rows:
 /// `kernels_from_row!(#[attrs] |n, wr, x, stride| -> [f32; N] { body })`. The body is inlined into
 /// the [`DotRowsFn`] wrappers (`N` = 1, 2, 4, [`TILE`], rows through [`each_row`]), which carry
-/// the attributes (a path's `target_feature`), so every path writes only its kernel call. The body is an `unsafe fn`'s: it may rely on [`DotRowsFn`]'s contract
-/// for one full weight row.
+/// the attributes (a path's `target_feature`), so every path writes only its kernel call. The
+/// body is an `unsafe fn`'s: it may rely on [`DotRowsFn`]'s contract for one full weight row.
 macro_rules! kernels_from_row {
     ($(#[$attr:meta])* |$n:ident, $wr:ident, $x:ident, $stride:ident| -> [f32; $c:ident] $body:block) => {{
         #[inline(always)]
