@@ -5,10 +5,17 @@
 //! does that once per sampled token and leaves the sampler only the tokens that keep the text a
 //! prefix of some JSON object, and the end-of-generation tokens only once the object is closed.
 //!
+//! With a schema ([`JsonFormat::Schema`]), [`crate::json_schema::SchemaPrefix`] takes the
+//! checker's place in the same mask.
+//!
 //! Cost: one pass over the vocabulary per sampled token, paid only by requests in JSON mode.
 //! Inside a string (most of an answer) a token is allowed exactly when [`string_safe`] holds for
-//! its bytes, so that pass reads one precomputed flag a token; elsewhere most tokens fail on
-//! their first byte.
+//! its bytes, so that pass reads one precomputed flag a token; elsewhere the 256 bytes are tried
+//! once and a token whose first byte cannot come next is refused without copying the state.
+
+use std::sync::Arc;
+
+use crate::json_schema::{Schema, SchemaPrefix};
 
 /// Containers nested deeper than this are refused (the stack is one bit per level).
 pub const MAX_DEPTH: u32 = 128;
@@ -38,13 +45,32 @@ enum Mode {
     /// After a backslash in a string.
     Escape { key: bool },
     /// In a `\uXXXX` escape with this many hex digits left.
-    Hex { key: bool, left: u8 },
+    Hex { key: bool, left: u8, u: Utf16 },
+    /// After a high surrogate's `\uXXXX`: `\` (`slash` false) and `u` must follow, then the
+    /// low surrogate.
+    Pair { key: bool, slash: bool },
     /// In a number; the part we are in.
     Num(Num),
     /// In `true`, `false` or `null`: the literal and how many bytes are matched.
     Lit { word: u8, at: u8 },
     /// The top-level object is closed: only whitespace may follow.
     Done,
+}
+
+/// What a `\uXXXX` escape may be, decided by its first two digits: surrogates come in pairs
+/// (a lone one is valid JSON grammar but no character, and most parsers refuse it), so a high
+/// surrogate (`D800`–`DBFF`) must be followed by a low one (`DC00`–`DFFF`) and a low one is
+/// refused anywhere else. Refusing at the second digit leaves no dead end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Utf16 {
+    /// A first escape: any code unit but a low surrogate.
+    Unit,
+    /// A first escape whose first digit is `d`.
+    UnitD,
+    /// A high surrogate: the pair's second escape follows.
+    High,
+    /// The pair's second escape: a low surrogate.
+    Low,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +93,26 @@ enum Num {
     ExpInt,
 }
 
+impl Num {
+    /// Whether a number may end in this part (not after `-`, `.`, `e` or the exponent's sign).
+    fn can_end(self) -> bool {
+        !matches!(self, Num::Minus | Num::Dot | Num::Exp | Num::ExpSign)
+    }
+}
+
 const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
+
+/// What [`JsonPrefix::feed`] did with a byte of a single value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feed {
+    /// The byte is part of the value.
+    Took,
+    /// The value was already whole (a number ends only at the byte after it): the byte is not
+    /// part of it, and the state is the finished value's.
+    Ended,
+    /// The byte cannot continue the value.
+    Refused,
+}
 
 /// The state of a JSON text read so far: `Copy`, so trying a token is a copy and a few steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +137,7 @@ pub fn string_safe(bytes: &[u8]) -> bool {
     !bytes.is_empty() && bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
-fn is_ws(b: u8) -> bool {
+pub(crate) fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
@@ -101,14 +146,58 @@ impl JsonPrefix {
         JsonPrefix::default()
     }
 
+    /// A checker for one JSON value of any kind (the schema checker's free values), fed from
+    /// the value's first byte on through [`JsonPrefix::feed`].
+    pub(crate) fn value() -> JsonPrefix {
+        JsonPrefix { mode: Mode::Value, ..JsonPrefix::default() }
+    }
+
     /// True once the top-level object is closed.
     pub fn is_complete(&self) -> bool {
         self.mode == Mode::Done
     }
 
+    /// True when the text read so far is a whole value: closed, or a number that may end here.
+    pub(crate) fn can_end(&self) -> bool {
+        match self.mode {
+            Mode::Done => true,
+            Mode::Num(n) => self.depth == 0 && n.can_end(),
+            _ => false,
+        }
+    }
+
+    /// True while a number is being read at the top level (the schema checker's integers).
+    pub(crate) fn in_number(&self) -> bool {
+        matches!(self.mode, Mode::Num(_)) && self.depth == 0
+    }
+
     /// True inside a string, past any escape.
-    fn in_plain_string(&self) -> bool {
+    pub(crate) fn in_plain_string(&self) -> bool {
         matches!(self.mode, Mode::Str { .. })
+    }
+
+    /// One byte of a single value ([`JsonPrefix::value`]): unlike [`JsonPrefix::push`], a byte
+    /// after the whole value (whitespace included) is left to the caller.
+    pub(crate) fn feed(&mut self, b: u8) -> Feed {
+        if self.mode == Mode::Done {
+            return Feed::Ended;
+        }
+        let before = *self;
+        let took = self.push(b);
+        // A top-level number ends at the first byte that does not continue it: `push` then
+        // moves to `Done` and reads the byte as what follows. Here that byte is the caller's.
+        if before.in_number() && (!took || self.mode == Mode::Done) {
+            if before.can_end() {
+                *self = JsonPrefix { mode: Mode::Done, ..before };
+                return Feed::Ended;
+            }
+            return Feed::Refused;
+        }
+        if took {
+            Feed::Took
+        } else {
+            Feed::Refused
+        }
     }
 
     /// Feeds `bytes`; false (and the state is then unspecified) if they cannot continue a JSON
@@ -183,7 +272,10 @@ impl JsonPrefix {
 
     /// One byte; false if it cannot continue a JSON object.
     pub fn push(&mut self, b: u8) -> bool {
-        let in_str = matches!(self.mode, Mode::Str { .. } | Mode::Escape { .. } | Mode::Hex { .. });
+        let in_str = matches!(
+            self.mode,
+            Mode::Str { .. } | Mode::Escape { .. } | Mode::Hex { .. } | Mode::Pair { .. }
+        );
         if !in_str && is_ws(b) {
             if self.ws == MAX_WS_RUN || self.mode == Mode::Start {
                 return false;
@@ -251,17 +343,35 @@ impl JsonPrefix {
                     true
                 }
                 b'u' => {
-                    self.mode = Mode::Hex { key, left: 4 };
+                    self.mode = Mode::Hex { key, left: 4, u: Utf16::Unit };
                     true
                 }
                 _ => false,
             },
-            Mode::Hex { key, left } => {
-                if !b.is_ascii_hexdigit() {
-                    return false;
-                }
-                self.mode =
-                    if left == 1 { Mode::Str { key } } else { Mode::Hex { key, left: left - 1 } };
+            Mode::Hex { key, left, u } => {
+                let Some(d) = (b as char).to_digit(16) else { return false };
+                let u = match (left, u, d) {
+                    (4, Utf16::Unit, 0xd) => Utf16::UnitD,
+                    (4, Utf16::Low, d) if d != 0xd => return false,
+                    (3, Utf16::UnitD, 0x8..=0xb) => Utf16::High,
+                    (3, Utf16::UnitD, 0xc..) => return false,
+                    (3, Utf16::UnitD, _) => Utf16::Unit,
+                    (3, Utf16::Low, d) if d < 0xc => return false,
+                    (_, u, _) => u,
+                };
+                self.mode = match (left, u) {
+                    (1, Utf16::High) => Mode::Pair { key, slash: false },
+                    (1, _) => Mode::Str { key },
+                    _ => Mode::Hex { key, left: left - 1, u },
+                };
+                true
+            }
+            Mode::Pair { key, slash } => {
+                self.mode = match (slash, b) {
+                    (false, b'\\') => Mode::Pair { key, slash: true },
+                    (true, b'u') => Mode::Hex { key, left: 4, u: Utf16::Low },
+                    _ => return false,
+                };
                 true
             }
             Mode::Lit { word, at } => {
@@ -300,9 +410,8 @@ impl JsonPrefix {
             self.mode = Mode::Num(n);
             return true;
         }
-        // The number may end here (not after `-`, `.`, `e` or the exponent's sign): the byte
-        // then belongs to what follows it.
-        if matches!(n, Num::Minus | Num::Dot | Num::Exp | Num::ExpSign) {
+        // The number may end here: the byte then belongs to what follows it.
+        if !n.can_end() {
             return false;
         }
         self.value_done();
@@ -310,28 +419,46 @@ impl JsonPrefix {
     }
 }
 
-/// Which tokens may come next in JSON mode.
-pub struct JsonMask {
-    state: JsonPrefix,
+/// What a JSON-mode answer must be.
+#[derive(Clone, Debug)]
+pub enum JsonFormat {
+    /// Any JSON object.
+    Object,
+    /// A JSON value the schema accepts ([`crate::json_schema`]).
+    Schema(Arc<Schema>),
 }
 
-impl Default for JsonMask {
-    fn default() -> Self {
-        JsonMask::new()
-    }
+/// Which tokens may come next in JSON mode.
+pub struct JsonMask {
+    check: Check,
+}
+
+// One per JSON-mode sequence, read on every token: the schema state stays inline.
+#[allow(clippy::large_enum_variant)]
+enum Check {
+    Object(JsonPrefix),
+    Schema(Arc<Schema>, SchemaPrefix),
 }
 
 impl JsonMask {
-    pub fn new() -> JsonMask {
-        JsonMask { state: JsonPrefix::new() }
+    pub fn new(format: &JsonFormat) -> JsonMask {
+        let check = match format {
+            JsonFormat::Object => Check::Object(JsonPrefix::new()),
+            JsonFormat::Schema(s) => Check::Schema(s.clone(), SchemaPrefix::new()),
+        };
+        JsonMask { check }
     }
 
+    /// True once the answer is closed (the scheduler then ends it).
     pub fn is_complete(&self) -> bool {
-        self.state.is_complete()
+        match &self.check {
+            Check::Object(p) => p.is_complete(),
+            Check::Schema(_, p) => p.is_complete(),
+        }
     }
 
     /// Sets `logits[t]` to −∞ for every token `t` that cannot come next: `piece(t)` gives its
-    /// bytes, `eog(t)` says it ends the generation (allowed only once the object is closed; a
+    /// bytes, `eog(t)` says it ends the generation (allowed only once the answer may end; a
     /// token with no bytes is never allowed otherwise), `safe[t]` is [`string_safe`] of an
     /// allowed token's bytes (false for end-of-generation tokens). Returns whether any token is
     /// left.
@@ -342,18 +469,58 @@ impl JsonMask {
         eog: impl Fn(u32) -> bool,
         safe: &[bool],
     ) -> bool {
-        let in_string = self.state.in_plain_string();
+        let tokens = Tokens { piece, eog, safe };
+        match &self.check {
+            Check::Object(p) => {
+                tokens.mask(logits, p, |p, b| p.push_all(b), p.in_plain_string(), p.is_complete())
+            }
+            Check::Schema(s, p) => {
+                tokens.mask(logits, p, |p, b| p.push_all(s, b), p.in_plain_string(), p.can_end(s))
+            }
+        }
+    }
+
+    /// Moves the state past a sampled token's bytes (which [`JsonMask::apply`] allowed).
+    pub fn accept(&mut self, bytes: &[u8]) {
+        let ok = match &mut self.check {
+            Check::Object(p) => p.push_all(bytes),
+            Check::Schema(s, p) => p.push_all(s, bytes),
+        };
+        debug_assert!(ok, "a token the mask refused was sampled");
+    }
+}
+
+/// The vocabulary as [`JsonMask::apply`] sees it.
+struct Tokens<'s, P, E> {
+    piece: P,
+    eog: E,
+    safe: &'s [bool],
+}
+
+impl<'a, P: Fn(u32) -> &'a [u8], E: Fn(u32) -> bool> Tokens<'_, P, E> {
+    /// The one pass over the vocabulary for a checker state `state` (`push_all` tries bytes on
+    /// a copy), which is inside a plain string (`in_string`) or may end here (`can_end`).
+    fn mask<S: Copy>(
+        &self,
+        logits: &mut [f32],
+        state: &S,
+        push_all: impl Fn(&mut S, &[u8]) -> bool,
+        in_string: bool,
+        can_end: bool,
+    ) -> bool {
+        // The bytes that may come next, tried once each: a token that starts with any other
+        // byte (most of them, outside strings) is refused without copying the state.
+        let first: [bool; 256] = std::array::from_fn(|b| push_all(&mut { *state }, &[b as u8]));
         let mut any = false;
         for (t, l) in logits.iter_mut().enumerate() {
             let t = t as u32;
-            let ok = if in_string && safe[t as usize] {
+            let ok = if in_string && self.safe[t as usize] {
                 true
-            } else if eog(t) {
-                self.state.is_complete()
+            } else if (self.eog)(t) {
+                can_end
             } else {
-                let bytes = piece(t);
-                let mut s = self.state;
-                !bytes.is_empty() && s.push_all(bytes)
+                let bytes = (self.piece)(t);
+                !bytes.is_empty() && first[bytes[0] as usize] && push_all(&mut { *state }, bytes)
             };
             if ok {
                 any |= *l > f32::NEG_INFINITY;
@@ -362,12 +529,6 @@ impl JsonMask {
             }
         }
         any
-    }
-
-    /// Moves the state past a sampled token's bytes (which [`JsonMask::apply`] allowed).
-    pub fn accept(&mut self, bytes: &[u8]) {
-        let ok = self.state.push_all(bytes);
-        debug_assert!(ok, "a token the mask refused was sampled");
     }
 }
 
@@ -391,6 +552,7 @@ mod tests {
             r#"{"a": 1}"#,
             r#"{"a": [1, -2.5e+3, 0, 0.25, true, false, null, "x\"\u00e9"], "b": {"c": {}}}"#,
             "{\"emoji\": \"é ü\"}\n",
+            r#"{"pair": "\ud83d\ude00 \uD83D\uDE00 \u00e9 \ud7ff \ue000"}"#,
         ] {
             assert!(complete(t), "{t}");
         }
@@ -425,6 +587,10 @@ mod tests {
             "{\"a\": -}",
             "{\"a\": 1.}",
             "{\"a\": [}",
+            r#"{"a": "\ud83d"}"#,
+            r#"{"a": "\ude00"#,
+            r#"{"a": "\ud83d\u0041"#,
+            r#"{"a": "\ud83dx"#,
         ] {
             assert!(!ok(t), "{t}");
         }
@@ -442,7 +608,7 @@ mod tests {
         let pieces: [&[u8]; 5] = [b"{\"", b"a\":", b" 1}", b"hello", b""];
         let eog = |t: u32| t == 4;
         let safe = pieces.map(string_safe);
-        let mut m = JsonMask::new();
+        let mut m = JsonMask::new(&JsonFormat::Object);
         let mut logits = [0.0; 5];
         assert!(m.apply(&mut logits, |t| pieces[t as usize], eog, &safe));
         assert_eq!(logits.map(|l| l == 0.0), [true, false, false, false, false]);
@@ -461,7 +627,7 @@ mod tests {
             [b"abc", b"\"", b"x\"}", b"\\n", b"\n", b" \xc3\xa9", b"\"\t", b"a\\"];
         let safe = pieces.map(string_safe);
         for prefix in [&b"{\"k\": \"v"[..], b"{\"k"] {
-            let mut m = JsonMask::new();
+            let mut m = JsonMask::new(&JsonFormat::Object);
             m.accept(prefix);
             let mut fast = [0.0; 8];
             m.apply(&mut fast, |t| pieces[t as usize], |_| false, &safe);

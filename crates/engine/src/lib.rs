@@ -5,11 +5,12 @@
 
 pub mod generate;
 pub mod json;
+pub mod json_schema;
 pub mod perplexity;
 pub mod sampling;
 
 pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
-pub use json::JsonMask;
+pub use json::{JsonFormat, JsonMask};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams};

@@ -19,7 +19,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
-use engine::SamplerParams;
+use engine::json_schema::Schema;
+use engine::{JsonFormat, SamplerParams};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -412,8 +413,18 @@ pub struct Settings {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     /// JSON mode: the answer is one JSON object (OpenAI's `response_format` `json_object`,
-    /// Ollama's `format: "json"`); generation ends when the object closes.
-    pub json: bool,
+    /// Ollama's `format: "json"`) or a value a schema accepts (`json_schema`, a schema in
+    /// `format`); generation ends when it closes.
+    pub json: Option<JsonFormat>,
+}
+
+/// A request's JSON schema compiled for structured output; one it cannot enforce is a 400 that
+/// says why.
+pub fn json_schema(style: Style, schema: &serde_json::Value) -> Result<JsonFormat, ApiError> {
+    match Schema::compile(schema) {
+        Ok(s) => Ok(JsonFormat::Schema(Arc::new(s))),
+        Err(why) => Err(ApiError::bad_request(style, format!("unsupported JSON schema: {why}"))),
+    }
 }
 
 impl Settings {
@@ -427,7 +438,7 @@ impl Settings {
         if max_tokens == Some(0) {
             return Err(ApiError::bad_request(style, "the token limit must be at least 1"));
         }
-        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop, json: false })
+        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop, json: None })
     }
 }
 

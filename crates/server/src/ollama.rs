@@ -24,6 +24,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use engine::JsonFormat;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -82,9 +83,29 @@ pub struct ChatRequest {
     messages: Vec<ChatMessage>,
     stream: Option<bool>,
     options: Option<Options>,
-    /// `"json"`: the answer is one JSON object (JSON mode). JSON schemas are refused (400).
-    #[schemars(with = "Option<String>")]
+    /// `"json"`: the answer is one JSON object (JSON mode); a JSON schema object: one JSON value
+    /// the schema accepts ([`engine::json_schema`]; a schema it cannot enforce is a 400).
+    #[schemars(with = "Option<FormatSchema>")]
     format: Option<Value>,
+}
+
+/// `format` as the spec describes it: `"json"` (or empty), or a JSON schema object.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[schemars(rename = "OllamaFormat")]
+#[allow(dead_code)]
+enum FormatSchema {
+    Name(FormatName),
+    Schema(serde_json::Map<String, Value>),
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+enum FormatName {
+    #[serde(rename = "json")]
+    Json,
+    #[serde(rename = "")]
+    Empty,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -99,8 +120,9 @@ pub struct GenerateRequest {
     raw: bool,
     stream: Option<bool>,
     options: Option<Options>,
-    /// `"json"`: the answer is one JSON object (JSON mode). JSON schemas are refused (400).
-    #[schemars(with = "Option<String>")]
+    /// `"json"`: the answer is one JSON object (JSON mode); a JSON schema object: one JSON value
+    /// the schema accepts ([`engine::json_schema`]; a schema it cannot enforce is a 400).
+    #[schemars(with = "Option<FormatSchema>")]
     format: Option<Value>,
 }
 
@@ -149,23 +171,18 @@ fn settings(options: Option<Options>, format: Option<Value>) -> Result<Settings,
     // Negative num_predict: until the context is full.
     let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
     let mut s = Settings::new(S, &knobs, max, o.stop.unwrap_or_default())?;
-    s.json =
-        match format {
-            None | Some(Value::Null) => false,
-            Some(Value::String(f)) if f.is_empty() => false,
-            Some(Value::String(f)) if f == "json" => true,
-            Some(Value::Object(_)) => return Err(ApiError::bad_request(
+    s.json = match format {
+        None | Some(Value::Null) => None,
+        Some(Value::String(f)) if f.is_empty() => None,
+        Some(Value::String(f)) if f == "json" => Some(JsonFormat::Object),
+        Some(schema @ Value::Object(_)) => Some(crate::api::json_schema(S, &schema)?),
+        Some(other) => {
+            return Err(ApiError::bad_request(
                 S,
-                "format with a JSON schema is not supported: use \"json\" and describe the fields \
-                 in the prompt",
-            )),
-            Some(other) => {
-                return Err(ApiError::bad_request(
-                    S,
-                    format!("format must be \"json\" (or absent), got {other}"),
-                ))
-            }
-        };
+                format!("format must be \"json\", a JSON schema object, or absent; got {other}"),
+            ))
+        }
+    };
     Ok(s)
 }
 

@@ -7,7 +7,8 @@
 //! `logprobs` (chat: `logprobs: true` and `top_logprobs` 0..=20; completions: `logprobs: N`,
 //! 0..=20) returns each generated token's log-probability in OpenAI's shapes, streamed and not
 //! ([`crate::logprobs`] says which distribution). `response_format: {"type": "json_object"}` is
-//! JSON mode ([`engine::json`]); `json_schema` is a 400.
+//! JSON mode ([`engine::json`]); `json_schema` holds the answer to its schema
+//! ([`engine::json_schema`]; a schema outside the subset it enforces is a 400).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +16,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use engine::JsonFormat;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -67,8 +69,10 @@ pub struct Common {
     /// LoRA adapters by id (`GET /lora-adapters`) and scale, llama-server's field: only these
     /// apply.
     pub lora: Option<Vec<LoraScale>>,
-    /// `{"type": "json_object"}`: the answer is one JSON object (JSON mode); `{"type": "text"}`:
-    /// no constraint. `json_schema` is refused (400).
+    /// `{"type": "json_object"}`: the answer is one JSON object (JSON mode);
+    /// `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`: one JSON value
+    /// the schema accepts ([`engine::json_schema`] says which schemas; others are a 400);
+    /// `{"type": "text"}`: no constraint.
     response_format: Option<ResponseFormat>,
 }
 
@@ -77,6 +81,20 @@ pub struct Common {
 pub struct ResponseFormat {
     #[serde(rename = "type")]
     kind: ResponseFormatType,
+    /// With `json_schema`: the schema.
+    json_schema: Option<JsonSchemaFormat>,
+}
+
+/// OpenAI's `response_format.json_schema`. `strict` is accepted and always in force: the answer
+/// is held to the schema (or the request refused).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "OpenAiJsonSchemaFormat")]
+#[allow(dead_code)]
+struct JsonSchemaFormat {
+    name: Option<String>,
+    description: Option<String>,
+    schema: Option<Value>,
+    strict: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -254,16 +272,24 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
     }
     let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
     let mut s = Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))?;
-    s.json =
-        match c.response_format.as_ref().map(|f| &f.kind) {
-            None | Some(ResponseFormatType::Text) => false,
-            Some(ResponseFormatType::JsonObject) => true,
-            Some(ResponseFormatType::JsonSchema) => return Err(ApiError::bad_request(
-                S,
-                "response_format json_schema is not supported: use {\"type\": \"json_object\"} \
-                 and describe the fields in the prompt",
-            )),
-        };
+    s.json = match c.response_format.as_ref() {
+        None => None,
+        Some(f) => match f.kind {
+            ResponseFormatType::Text => None,
+            ResponseFormatType::JsonObject => Some(JsonFormat::Object),
+            ResponseFormatType::JsonSchema => {
+                let schema =
+                    f.json_schema.as_ref().and_then(|j| j.schema.as_ref()).ok_or_else(|| {
+                        ApiError::bad_request(
+                        S,
+                        "response_format json_schema needs json_schema.schema (the JSON schema \
+                         the answer must follow)",
+                    )
+                    })?;
+                Some(crate::api::json_schema(S, schema)?)
+            }
+        },
+    };
     Ok(s)
 }
 

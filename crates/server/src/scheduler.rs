@@ -50,7 +50,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{JsonMask, Sampler, SamplerParams, StopMatcher};
+use engine::{JsonFormat, JsonMask, Sampler, SamplerParams, StopMatcher};
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -72,9 +72,9 @@ pub struct Request {
     pub max_tokens: usize,
     /// Text that ends generation (not included in the output).
     pub stop: Vec<String>,
-    /// JSON mode: only tokens that keep the answer a prefix of a JSON object are sampled, and
-    /// the answer ends when the object closes ([`engine::json`]).
-    pub json: bool,
+    /// JSON mode: only tokens that keep the answer a prefix of a JSON object (or of a value the
+    /// schema accepts) are sampled, and the answer ends when it closes ([`engine::json`]).
+    pub json: Option<JsonFormat>,
     /// Log-probabilities of each generated token, with this many alternatives (at most
     /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
     pub logprobs: Option<usize>,
@@ -271,7 +271,7 @@ impl Handle {
     ) -> Result<UnboundedReceiver<Event>, Refused> {
         let adapters = AdapterSet::default();
         let r =
-            Request { prompt, sampling, max_tokens, stop, json: false, logprobs: None, adapters };
+            Request { prompt, sampling, max_tokens, stop, json: None, logprobs: None, adapters };
         Ok(self.request(r)?.0)
     }
 
@@ -291,7 +291,7 @@ impl Handle {
             sampling,
             max_tokens,
             stop,
-            json: false,
+            json: None,
             logprobs: Some(top),
             adapters,
         };
@@ -560,7 +560,7 @@ impl Scheduler {
                 sampler,
                 decoder: StreamDecoder::new(self.tok.clone()),
                 stops: StopMatcher::new(&job.req.stop),
-                json: job.req.json.then(JsonMask::new),
+                json: job.req.json.as_ref().map(JsonMask::new),
                 tokens: job.req.prompt.clone(),
                 n_past: hit,
                 next: 0,
