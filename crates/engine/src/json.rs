@@ -457,26 +457,33 @@ impl JsonMask {
         }
     }
 
-    /// Sets `logits[t]` to −∞ for every token `t` that cannot come next: `piece(t)` gives its
-    /// bytes, `eog(t)` says it ends the generation (allowed only once the answer may end; a
-    /// token with no bytes is never allowed otherwise), `safe[t]` is [`string_safe`] of an
-    /// allowed token's bytes (false for end-of-generation tokens). Returns whether any token is
-    /// left.
+    /// Sets `logits[t]` to −∞ for every token `t` that cannot come next: `vocab` holds what the
+    /// mask needs of each token ([`JsonVocab`]), `piece(t)` gives the bytes of the few tokens
+    /// that pass its filters. End-of-generation tokens are allowed only once the answer may
+    /// end, tokens with no bytes never. Returns whether any token is left.
     pub fn apply<'a>(
         &self,
         logits: &mut [f32],
+        vocab: &JsonVocab,
         piece: impl Fn(u32) -> &'a [u8],
-        eog: impl Fn(u32) -> bool,
-        safe: &[bool],
     ) -> bool {
-        let tokens = Tokens { piece, eog, safe };
         match &self.check {
-            Check::Object(p) => {
-                tokens.mask(logits, p, |p, b| p.push_all(b), p.in_plain_string(), p.is_complete())
-            }
-            Check::Schema(s, p) => {
-                tokens.mask(logits, p, |p, b| p.push_all(s, b), p.in_plain_string(), p.can_end(s))
-            }
+            Check::Object(p) => vocab.mask(
+                logits,
+                p,
+                |p, b| p.push_all(b),
+                piece,
+                p.in_plain_string(),
+                p.is_complete(),
+            ),
+            Check::Schema(s, p) => vocab.mask(
+                logits,
+                p,
+                |p, b| p.push_all(s, b),
+                piece,
+                p.in_plain_string(),
+                p.can_end(s),
+            ),
         }
     }
 
@@ -490,37 +497,106 @@ impl JsonMask {
     }
 }
 
-/// The vocabulary as [`JsonMask::apply`] sees it.
-struct Tokens<'s, P, E> {
-    piece: P,
-    eog: E,
-    safe: &'s [bool],
+/// What JSON mode's mask reads of each vocabulary token, built once per vocabulary (5 bytes a
+/// token) so the pass over it touches no tokenizer table: the first two bytes, whether the
+/// token ends the generation, has no bytes or one, and is [`string_safe`].
+pub struct JsonVocab {
+    tokens: Vec<Facts>,
 }
 
-impl<'a, P: Fn(u32) -> &'a [u8], E: Fn(u32) -> bool> Tokens<'_, P, E> {
+#[derive(Clone, Copy, Default)]
+struct Facts {
+    head: [u8; 2],
+    flags: u8,
+}
+
+impl Facts {
+    const SAFE: u8 = 1;
+    const EOG: u8 = 2;
+    const EMPTY: u8 = 4;
+    const ONE_BYTE: u8 = 8;
+}
+
+impl JsonVocab {
+    /// `n` tokens: `piece(t)` gives token `t`'s bytes (empty for control tokens, which an
+    /// answer never holds), `eog(t)` says it ends the generation.
+    pub fn new<'a>(n: usize, piece: impl Fn(u32) -> &'a [u8], eog: impl Fn(u32) -> bool) -> Self {
+        let tokens = (0..n as u32)
+            .map(|t| {
+                let bytes = piece(t);
+                let mut flags = 0;
+                if eog(t) {
+                    flags |= Facts::EOG;
+                } else if string_safe(bytes) {
+                    flags |= Facts::SAFE;
+                }
+                match bytes.len() {
+                    0 => flags |= Facts::EMPTY,
+                    1 => flags |= Facts::ONE_BYTE,
+                    _ => {}
+                }
+                let head =
+                    [bytes.first().copied().unwrap_or(0), bytes.get(1).copied().unwrap_or(0)];
+                Facts { head, flags }
+            })
+            .collect();
+        JsonVocab { tokens }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The same vocabulary with no token marked string-safe: every token stepped (tests).
+    #[cfg(test)]
+    fn without_string_flags(&self) -> JsonVocab {
+        let tokens =
+            self.tokens.iter().map(|f| Facts { flags: f.flags & !Facts::SAFE, ..*f }).collect();
+        JsonVocab { tokens }
+    }
+
     /// The one pass over the vocabulary for a checker state `state` (`push_all` tries bytes on
     /// a copy), which is inside a plain string (`in_string`) or may end here (`can_end`).
-    fn mask<S: Copy>(
+    fn mask<'a, S: Copy>(
         &self,
         logits: &mut [f32],
         state: &S,
         push_all: impl Fn(&mut S, &[u8]) -> bool,
+        piece: impl Fn(u32) -> &'a [u8],
         in_string: bool,
         can_end: bool,
     ) -> bool {
-        // The bytes that may come next, tried once each: a token that starts with any other
-        // byte (most of them, outside strings) is refused without copying the state.
+        // The bytes that may come next, tried once each, and outside strings, for each first
+        // byte that may (a few: whitespace, punctuation, digits), the second bytes: a token
+        // failing either is refused without its bytes or a copy of the state. A third of a BPE
+        // vocabulary starts with a space, so the second filter is what keeps that pass cheap.
         let first: [bool; 256] = std::array::from_fn(|b| push_all(&mut { *state }, &[b as u8]));
+        let mut second: [Option<Box<[bool; 256]>>; 256] = std::array::from_fn(|_| None);
         let mut any = false;
-        for (t, l) in logits.iter_mut().enumerate() {
-            let t = t as u32;
-            let ok = if in_string && self.safe[t as usize] {
+        for (t, (l, f)) in logits.iter_mut().zip(&self.tokens).enumerate() {
+            let ok = if f.flags & Facts::SAFE != 0 && in_string {
                 true
-            } else if (self.eog)(t) {
+            } else if f.flags & Facts::EOG != 0 {
                 can_end
+            } else if f.flags & Facts::EMPTY != 0 || !first[f.head[0] as usize] {
+                false
+            } else if f.flags & Facts::ONE_BYTE != 0 {
+                true
+            } else if in_string {
+                // Inside a string the first bytes met are many (the tokens that close it).
+                push_all(&mut { *state }, piece(t as u32))
             } else {
-                let bytes = (self.piece)(t);
-                !bytes.is_empty() && first[bytes[0] as usize] && push_all(&mut { *state }, bytes)
+                let b0 = f.head[0];
+                let next = second[b0 as usize].get_or_insert_with(|| {
+                    let mut after = *state;
+                    push_all(&mut after, &[b0]);
+                    Box::new(std::array::from_fn(|b| push_all(&mut { after }, &[b as u8])))
+                });
+                next[f.head[1] as usize] && push_all(&mut { *state }, piece(t as u32))
             };
             if ok {
                 any |= *l > f32::NEG_INFINITY;
@@ -606,33 +682,59 @@ mod tests {
     #[test]
     fn the_mask_allows_continuations_and_the_end_only_when_closed() {
         let pieces: [&[u8]; 5] = [b"{\"", b"a\":", b" 1}", b"hello", b""];
-        let eog = |t: u32| t == 4;
-        let safe = pieces.map(string_safe);
+        let vocab = JsonVocab::new(5, |t| pieces[t as usize], |t| t == 4);
         let mut m = JsonMask::new(&JsonFormat::Object);
         let mut logits = [0.0; 5];
-        assert!(m.apply(&mut logits, |t| pieces[t as usize], eog, &safe));
+        assert!(m.apply(&mut logits, &vocab, |t| pieces[t as usize]));
         assert_eq!(logits.map(|l| l == 0.0), [true, false, false, false, false]);
         for piece in &pieces[..3] {
             m.accept(piece);
         }
         assert!(m.is_complete());
         let mut logits = [0.0; 5];
-        assert!(m.apply(&mut logits, |t| pieces[t as usize], eog, &safe));
+        assert!(m.apply(&mut logits, &vocab, |t| pieces[t as usize]));
         assert_eq!(logits.map(|l| l == 0.0), [false, false, false, false, true]);
     }
 
+    /// Every filter of the pass (string flags, first and second bytes) decides as stepping each
+    /// token's bytes from the state would.
     #[test]
-    fn inside_a_string_the_safe_flags_decide_as_stepping_would() {
-        let pieces: [&[u8]; 8] =
-            [b"abc", b"\"", b"x\"}", b"\\n", b"\n", b" \xc3\xa9", b"\"\t", b"a\\"];
-        let safe = pieces.map(string_safe);
-        for prefix in [&b"{\"k\": \"v"[..], b"{\"k"] {
+    fn the_filters_decide_as_stepping_would() {
+        let pieces: [&[u8]; 16] = [
+            b"abc",
+            b"\"",
+            b"x\"}",
+            b"\\n",
+            b"\n",
+            b" \xc3\xa9",
+            b"\"\t",
+            b"a\\",
+            b" ",
+            b" }",
+            b" ,",
+            b",\n",
+            b"12",
+            b"1",
+            b"  \"",
+            b"}\n",
+        ];
+        let vocab = JsonVocab::new(16, |t| pieces[t as usize], |_| false);
+        for prefix in
+            [&b"{\"k\": \"v"[..], b"{\"k", b"{\"k\": 1", b"{\"k\": \"v\"", b"{", b"{\"k\":"]
+        {
             let mut m = JsonMask::new(&JsonFormat::Object);
             m.accept(prefix);
-            let mut fast = [0.0; 8];
-            m.apply(&mut fast, |t| pieces[t as usize], |_| false, &safe);
-            let mut slow = [0.0; 8];
-            m.apply(&mut slow, |t| pieces[t as usize], |_| false, &[false; 8]);
+            let mut fast = [0.0; 16];
+            m.apply(&mut fast, &vocab, |t| pieces[t as usize]);
+            let mut state = JsonPrefix::new();
+            assert!(state.push_all(prefix));
+            let stepped = pieces.map(|p| {
+                let mut s = state;
+                s.push_all(p)
+            });
+            assert_eq!(fast.map(|l| l == 0.0), stepped, "after {:?}", std::str::from_utf8(prefix));
+            let mut slow = [0.0; 16];
+            m.apply(&mut slow, &vocab.without_string_flags(), |t| pieces[t as usize]);
             assert_eq!(fast, slow, "after {:?}", std::str::from_utf8(prefix));
         }
     }

@@ -940,36 +940,28 @@ mod tests {
 
     #[test]
     fn the_mask_follows_the_schema_and_ends_only_on_a_whole_answer() {
-        use crate::json::{string_safe, JsonFormat, JsonMask};
+        use crate::json::{JsonFormat, JsonMask, JsonVocab};
         use std::sync::Arc;
         let pieces: [&[u8]; 9] =
             [b"{\"", b"name", b"\": \"", b"Al", b"ice\"", b"x\"}", b"\\n", b"7", b""];
-        let eog = |t: u32| t == 8;
-        let safe = pieces.map(|p| !p.is_empty() && string_safe(p));
-        let format = JsonFormat::Schema(Arc::new(person()));
-        let allowed = |m: &JsonMask, fast: bool| {
+        let vocab = JsonVocab::new(9, |t| pieces[t as usize], |t| t == 8);
+        let allowed = |m: &JsonMask| {
             let mut l = [0.0; 9];
-            m.apply(&mut l, |t| pieces[t as usize], eog, if fast { &safe } else { &[false; 9] });
+            m.apply(&mut l, &vocab, |t| pieces[t as usize]);
             l.map(|v| v == 0.0)
         };
+        let format = JsonFormat::Schema(Arc::new(person()));
         let mut m = JsonMask::new(&format);
-        assert_eq!(
-            allowed(&m, true),
-            [true, false, false, false, false, false, false, false, false]
-        );
+        assert_eq!(allowed(&m), [true, false, false, false, false, false, false, false, false]);
         for t in [0, 1, 2, 3] {
             m.accept(pieces[t]);
         }
-        // In the name's string: the flags decide as stepping would.
-        assert_eq!(allowed(&m, true), allowed(&m, false));
-        // (`{"` closes the name after a brace; `": "` and `x"}` leave the object unfinished.)
-        assert_eq!(allowed(&m, true), [true, true, false, true, true, false, true, true, false]);
+        // In the name's string (`{"` closes the name after a brace; `": "` and `x"}` leave the
+        // object unfinished).
+        assert_eq!(allowed(&m), [true, true, false, true, true, false, true, true, false]);
         let int = JsonFormat::Schema(Arc::new(schema(json!({"type": "integer"}))));
         let mut m = JsonMask::new(&int);
         m.accept(b"7");
-        assert_eq!(
-            allowed(&m, true),
-            [false, false, false, false, false, false, false, true, true]
-        );
+        assert_eq!(allowed(&m), [false, false, false, false, false, false, false, true, true]);
     }
 }

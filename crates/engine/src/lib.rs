@@ -10,7 +10,7 @@ pub mod perplexity;
 pub mod sampling;
 
 pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
-pub use json::{JsonFormat, JsonMask};
+pub use json::{JsonFormat, JsonMask, JsonVocab};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams};

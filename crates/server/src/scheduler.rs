@@ -50,7 +50,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{JsonFormat, JsonMask, Sampler, SamplerParams, StopMatcher};
+use engine::{JsonFormat, JsonMask, JsonVocab, Sampler, SamplerParams, StopMatcher};
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -454,10 +454,10 @@ struct Scheduler {
     rows: Vec<usize>,
     sizer: ChunkSizer,
     shed: Shed,
-    /// A copy of the output row with the tokens JSON mode forbids at −∞, and which tokens may
-    /// stand anywhere in a JSON string (both vocabulary-sized once a JSON-mode request has run).
+    /// A copy of the output row with the tokens JSON mode forbids at −∞, and what the mask
+    /// reads of each token (both vocabulary-sized once a JSON-mode request has run).
     masked: Vec<f32>,
-    json_safe: Vec<bool>,
+    json_vocab: Option<JsonVocab>,
 }
 
 impl Scheduler {
@@ -485,7 +485,7 @@ impl Scheduler {
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
             shed,
             masked: Vec::new(),
-            json_safe: Vec::new(),
+            json_vocab: None,
         }
     }
 
@@ -702,12 +702,13 @@ impl Scheduler {
                 let tk = &self.tok;
                 // Control tokens have no text an answer may hold; the mask refuses empty pieces.
                 let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-                if self.json_safe.len() != logits.len() {
-                    self.json_safe = (0..logits.len() as u32)
-                        .map(|t| !tk.is_eog(t) && engine::json::string_safe(piece(t)))
-                        .collect();
-                }
-                if !json.apply(&mut self.masked, piece, |t| tk.is_eog(t), &self.json_safe) {
+                let vocab = match &self.json_vocab {
+                    Some(v) if v.len() == logits.len() => v,
+                    _ => self
+                        .json_vocab
+                        .insert(JsonVocab::new(logits.len(), piece, |t| tk.is_eog(t))),
+                };
+                if !json.apply(&mut self.masked, vocab, piece) {
                     // Nothing the vocabulary holds continues the object (never met in practice:
                     // single-character tokens always do); end rather than break the format.
                     return Some(FinishReason::Stop);
