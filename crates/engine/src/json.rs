@@ -10,8 +10,10 @@
 //!
 //! Cost: one pass over the vocabulary per sampled token, paid only by requests in JSON mode.
 //! Inside a string (most of an answer) a token is allowed exactly when [`string_safe`] holds for
-//! its bytes, so that pass reads one precomputed flag a token; elsewhere the 256 bytes are tried
-//! once and a token whose first byte cannot come next is refused without copying the state.
+//! its bytes, so that pass reads one precomputed flag a token ([`JsonVocab`]: 5 bytes a token,
+//! built once per vocabulary); elsewhere the 256 bytes are tried once, then the second bytes
+//! after each first byte that may come next, and a token failing either is refused without
+//! copying the state: 0.2–1 ms a token on a 152 k vocabulary (BENCHMARKS.md).
 
 use std::sync::Arc;
 

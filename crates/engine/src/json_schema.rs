@@ -19,7 +19,7 @@
 //!
 //! Cost: the schema is compiled per request (its size is bounded by the request body). Per
 //! sampled token the mask is [`crate::json`]'s pass over the vocabulary with a state of ~330
-//! bytes; tokens whose first byte cannot come next are refused without a copy.
+//! bytes, which the pass's byte filters copy only for the few tokens that pass them.
 
 use std::collections::HashMap;
 
