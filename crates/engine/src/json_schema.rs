@@ -1,7 +1,7 @@
 //! Structured output: the answer must be one JSON value that a JSON Schema accepts (OpenAI's
 //! `response_format: {"type": "json_schema"}`, Ollama's `format: {schema}`).
 //!
-//! [`Schema::compile`] turns a schema into a graph of [`Node`]s once per request and refuses,
+//! [`Schema::compile`] turns a schema into a graph of nodes once per request and refuses,
 //! with a message that names the keyword, any schema it cannot enforce exactly: a keyword
 //! outside the subset below, a union whose branches cannot be told apart by a value's first
 //! byte, a `$ref` that leads back to itself before any bracket. [`SchemaPrefix`] then reads the

@@ -155,7 +155,7 @@ impl Sampler {
         p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
     }
 
-    /// Picks the next token from `logits` ([n_vocab]).
+    /// Picks the next token from `logits` (`n_vocab` values).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let p = self.params.clone();
         self.cand.clear();

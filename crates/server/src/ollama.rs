@@ -100,6 +100,7 @@ enum FormatSchema {
 }
 
 #[derive(JsonSchema)]
+#[schemars(rename = "OllamaFormatName")]
 #[allow(dead_code)]
 enum FormatName {
     #[serde(rename = "json")]
