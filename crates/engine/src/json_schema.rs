@@ -113,7 +113,6 @@ impl ByteSet {
 }
 
 const NUMBER_START: &[u8] = b"-0123456789";
-const VALUE_START: &[u8] = b"{[\"-0123456789tfn";
 
 /// A compiled JSON schema (node 0 is the root).
 #[derive(Debug)]
@@ -182,7 +181,13 @@ fn first_bytes(nodes: &[Node], id: NodeId, path: &mut Vec<NodeId>) -> Result<Byt
         return err("a $ref refers back to itself before any object or array opens");
     }
     Ok(match &nodes[id as usize] {
-        Node::Any => ByteSet::of(VALUE_START),
+        // Any value: what the plain checker takes as a value's first byte (whitespace before a
+        // value is read between values, never by a node).
+        Node::Any => ByteSet::of(
+            &(0..=255u8)
+                .filter(|&b| !is_ws(b) && JsonPrefix::value().feed(b) == Feed::Took)
+                .collect::<Vec<_>>(),
+        ),
         Node::Str => ByteSet::of(b"\""),
         Node::Num | Node::Int => ByteSet::of(NUMBER_START),
         Node::Bool => ByteSet::of(b"tf"),
