@@ -577,7 +577,8 @@ impl JsonVocab {
         // failing either is refused without its bytes or a copy of the state. A third of a BPE
         // vocabulary starts with a space, so the second filter is what keeps that pass cheap.
         let first: [bool; 256] = std::array::from_fn(|b| push_all(&mut { *state }, &[b as u8]));
-        let mut second: [Option<Box<[bool; 256]>>; 256] = std::array::from_fn(|_| None);
+        // On the stack (64 KB, only the tags written): no allocation per sampled token.
+        let mut second: [Option<[bool; 256]>; 256] = [None; 256];
         let mut any = false;
         for (t, (l, f)) in logits.iter_mut().zip(&self.tokens).enumerate() {
             let ok = if f.flags & Facts::SAFE != 0 && in_string {
@@ -596,7 +597,7 @@ impl JsonVocab {
                 let next = second[b0 as usize].get_or_insert_with(|| {
                     let mut after = *state;
                     push_all(&mut after, &[b0]);
-                    Box::new(std::array::from_fn(|b| push_all(&mut { after }, &[b as u8])))
+                    std::array::from_fn(|b| push_all(&mut { after }, &[b as u8]))
                 });
                 next[f.head[1] as usize] && push_all(&mut { *state }, piece(t as u32))
             };

@@ -617,8 +617,7 @@ impl SchemaPrefix {
                 self.step(s, b)
             }
             Node::Lit(texts) => {
-                let cands =
-                    (0..texts.len()).filter(|&i| texts[i][0] == b).fold(0, |m, i| m | 1 << i);
+                let cands = narrow(texts, all(texts.len()), 0, b);
                 self.mode = Mode::Lit { node: id, cands, at: 1 };
                 cands != 0 && self.literal_progress(s)
             }
@@ -659,7 +658,7 @@ impl SchemaPrefix {
         let f = *self.top();
         match s.node(f.node).1 {
             Node::Object { keys, .. } => {
-                let cands = (0..keys.len()).fold(0u64, |m, i| m | 1 << i) & !f.seen;
+                let cands = all(keys.len()) & !f.seen;
                 self.mode = Mode::KeyText { cands, at: 1 };
                 cands != 0
             }
@@ -699,9 +698,7 @@ impl SchemaPrefix {
             }
             Mode::Lit { node, cands, at } => {
                 let Node::Lit(texts) = s.node(node).1 else { return false };
-                let next = (0..texts.len())
-                    .filter(|&i| cands >> i & 1 == 1 && texts[i].get(at as usize) == Some(&b))
-                    .fold(0u64, |m, i| m | 1 << i);
+                let next = narrow(texts, cands, at, b);
                 if next != 0 {
                     self.mode = Mode::Lit { node, cands: next, at: at + 1 };
                     return self.literal_progress(s);
@@ -723,9 +720,7 @@ impl SchemaPrefix {
             Mode::KeyText { cands, at } => {
                 let f = *self.top();
                 let Node::Object { keys, .. } = s.node(f.node).1 else { return false };
-                let next = (0..keys.len())
-                    .filter(|&i| cands >> i & 1 == 1 && keys[i].get(at as usize) == Some(&b))
-                    .fold(0u64, |m, i| m | 1 << i);
+                let next = narrow(keys, cands, at, b);
                 if next == 0 {
                     return false;
                 }
@@ -769,7 +764,7 @@ impl SchemaPrefix {
                 match (s.node(f.node).1, b) {
                     (Node::Object { keys, .. }, b',') => {
                         // Only when a declared key is left for what must follow.
-                        let all = (0..keys.len()).fold(0u64, |m, i| m | 1 << i);
+                        let all = all(keys.len());
                         self.mode = Mode::Key;
                         all & !f.seen != 0
                     }
@@ -786,6 +781,18 @@ impl SchemaPrefix {
             }
         }
     }
+}
+
+/// A mask of the first `n` choices (keys of an object, texts of an enum).
+fn all(n: usize) -> u64 {
+    (0..n).fold(0, |m, i| m | 1 << i)
+}
+
+/// The choices among `cands` whose text has byte `b` at `at`.
+fn narrow(texts: &[Vec<u8>], cands: u64, at: u16, b: u8) -> u64 {
+    (0..texts.len())
+        .filter(|&i| cands >> i & 1 == 1 && texts[i].get(at as usize) == Some(&b))
+        .fold(0, |m, i| m | 1 << i)
 }
 
 /// Whether one of the literal texts still possible (`cands`) is whole after `at` bytes.
