@@ -36,6 +36,10 @@ pub struct PlanArgs {
     /// Sequences served at once (`snug serve --parallel`): each holds its own KV cache.
     #[arg(long, default_value_t = 1)]
     pub parallel: usize,
+    /// Plan for `snug serve` (implied by `--parallel` above 1): counts what only the server
+    /// holds, JSON mode's per-vocabulary tables.
+    #[arg(long)]
+    pub serve: bool,
     /// Machine-readable output; top-level `predicted_peak_rss_bytes`.
     #[arg(long)]
     pub json: bool,
@@ -74,6 +78,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         n_seq: a.parallel,
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
+        json_mode: a.serve || a.parallel > 1,
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.

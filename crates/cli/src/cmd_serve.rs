@@ -86,6 +86,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         n_seq: cmd.parallel,
         mem: cmd.run.mem.options(),
         adapter_bytes,
+        json_mode: true,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
     eprintln!("snug: {} sequences, {}", cmd.parallel, planned.summary());

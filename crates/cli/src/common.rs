@@ -210,6 +210,7 @@ impl RunArgs {
             n_seq: 1,
             mem: self.mem.options(),
             adapter_bytes: self.lora.bytes(&model.config)?,
+            json_mode: false,
         };
         let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
         eprintln!("snug: {}", planned.summary());

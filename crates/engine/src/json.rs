@@ -10,8 +10,9 @@
 //!
 //! Cost: one pass over the vocabulary per sampled token, paid only by requests in JSON mode.
 //! Inside a string (most of an answer) a token is allowed exactly when [`string_safe`] holds for
-//! its bytes, so that pass reads one precomputed flag a token ([`JsonVocab`]: 5 bytes a token,
-//! built once per vocabulary); elsewhere the 256 bytes are tried once, then the second bytes
+//! its bytes, so that pass reads one precomputed flag a token ([`JsonVocab`]: 3 bytes a token,
+//! built once per vocabulary, beside the masked copy of the logits the sampler reads: together
+//! [`JsonVocab::heap_bytes`], which the planner counts for a server); elsewhere the 256 bytes are tried once, then the second bytes
 //! after each first byte that may come next, and a token failing either is refused without
 //! copying the state: 0.2–1 ms a token on a 152 k vocabulary (BENCHMARKS.md).
 
@@ -499,11 +500,14 @@ impl JsonMask {
     }
 }
 
-/// What JSON mode's mask reads of each vocabulary token, built once per vocabulary (5 bytes a
-/// token) so the pass over it touches no tokenizer table: the first two bytes, whether the
-/// token ends the generation, has no bytes or one, and is [`string_safe`].
+/// What JSON mode's mask reads of each vocabulary token, built once per vocabulary so the pass
+/// over it touches no tokenizer table: the first two bytes, whether the token ends the
+/// generation, has no bytes or one, and is [`string_safe`]. It also holds the row of logits the
+/// mask writes ([`JsonVocab::masked`]), so JSON mode's heap has this one owner.
 pub struct JsonVocab {
     tokens: Vec<Facts>,
+    /// The masked copy of the last row of logits, reused from token to token.
+    row: Vec<f32>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -542,7 +546,28 @@ impl JsonVocab {
                 Facts { head, flags }
             })
             .collect();
-        JsonVocab { tokens }
+        JsonVocab { tokens, row: Vec::with_capacity(n) }
+    }
+
+    /// Heap a [`JsonVocab`] holds for `n_vocab` tokens: the table and the masked row.
+    pub fn heap_bytes(n_vocab: usize) -> usize {
+        n_vocab.saturating_mul(std::mem::size_of::<Facts>() + std::mem::size_of::<f32>())
+    }
+
+    /// `logits` with every token `mask` refuses at −∞, in this vocabulary's own row (no
+    /// allocation after the first): the row to sample from, or `None` when no token is left.
+    pub fn masked<'a>(
+        &mut self,
+        logits: &[f32],
+        mask: &JsonMask,
+        piece: impl Fn(u32) -> &'a [u8],
+    ) -> Option<&[f32]> {
+        let mut row = std::mem::take(&mut self.row);
+        row.clear();
+        row.extend_from_slice(logits);
+        let any = mask.apply(&mut row, self, piece);
+        self.row = row;
+        any.then_some(&self.row[..])
     }
 
     pub fn len(&self) -> usize {
@@ -558,7 +583,7 @@ impl JsonVocab {
     fn without_string_flags(&self) -> JsonVocab {
         let tokens =
             self.tokens.iter().map(|f| Facts { flags: f.flags & !Facts::SAFE, ..*f }).collect();
-        JsonVocab { tokens }
+        JsonVocab { tokens, row: Vec::new() }
     }
 
     /// The one pass over the vocabulary for a checker state `state` (`push_all` tries bytes on
@@ -697,6 +722,36 @@ mod tests {
         let mut logits = [0.0; 5];
         assert!(m.apply(&mut logits, &vocab, |t| pieces[t as usize]));
         assert_eq!(logits.map(|l| l == 0.0), [false, false, false, false, true]);
+    }
+
+    /// `masked` leaves the logits alone, masks its own row, reuses it, and the heap it then holds
+    /// is what `heap_bytes` tells the planner.
+    #[test]
+    fn the_masked_row_is_the_vocabularys_own_and_its_heap_is_counted() {
+        let pieces: [&[u8]; 5] = [b"{\"", b"a\":", b" 1}", b"hello", b""];
+        let mut vocab = JsonVocab::new(5, |t| pieces[t as usize], |t| t == 4);
+        let m = JsonMask::new(&JsonFormat::Object);
+        let logits = [0.5; 5];
+        let row = vocab.masked(&logits, &m, |t| pieces[t as usize]).unwrap();
+        assert_eq!(
+            row.iter().map(|&l| l == 0.5).collect::<Vec<_>>(),
+            [true, false, false, false, false]
+        );
+        assert_eq!(logits, [0.5; 5]);
+        let first = vocab.row.as_ptr();
+        vocab.masked(&logits, &m, |t| pieces[t as usize]).unwrap();
+        assert_eq!(vocab.row.as_ptr(), first, "the row is reused, not reallocated");
+        let held = vocab.tokens.capacity() * std::mem::size_of::<Facts>()
+            + vocab.row.capacity() * std::mem::size_of::<f32>();
+        assert_eq!(held, JsonVocab::heap_bytes(5));
+        // A state no token continues: no row to sample from.
+        let mut done = JsonMask::new(&JsonFormat::Object);
+        for piece in &pieces[..3] {
+            done.accept(piece);
+        }
+        let two: [&[u8]; 2] = [b"x", b" y"];
+        let mut stuck = JsonVocab::new(2, |t| two[t as usize], |_| false);
+        assert!(stuck.masked(&[0.0; 2], &done, |t| two[t as usize]).is_none());
     }
 
     /// Every filter of the pass (string flags, first and second bytes) decides as stepping each

@@ -184,6 +184,9 @@ pub struct Request {
     pub pinned_layers: usize,
     /// The KV cache stores only the last `window` positions of sliding-window layers.
     pub kv_windowed: bool,
+    /// JSON mode may run (a server): its per-vocabulary table and masked row of logits
+    /// (`engine::JsonVocab::heap_bytes`) count, from the first JSON-mode request on.
+    pub json_mode: bool,
 }
 
 impl Request {
@@ -321,10 +324,12 @@ fn scratch(c: &ModelConfig, r: &Request) -> ScratchSizes {
 }
 
 /// Activation arena of `model::Context` (its [`ScratchSizes`]) plus the session's arrays
-/// (`engine::Session::heap_bytes`).
+/// (`engine::Session::heap_bytes`) and, when JSON mode may run, its tables
+/// (`engine::JsonVocab::heap_bytes`).
 pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
     let sessions = r.n_seq.max(1).saturating_mul(engine::Session::heap_bytes(r.n_ctx, c.n_vocab));
-    scratch(c, r).activation_bytes().saturating_add(sessions) as u64
+    let json = if r.json_mode { engine::JsonVocab::heap_bytes(c.n_vocab) } else { 0 };
+    scratch(c, r).activation_bytes().saturating_add(sessions).saturating_add(json) as u64
 }
 
 /// Heap held by the tokenizer and the parsed GGUF metadata after `Tokenizer::from_gguf`
@@ -390,6 +395,8 @@ pub struct Wants {
     /// KV precisions the runtime's cache implements.
     pub kv_available: Vec<KvType>,
     pub kv_windowed: bool,
+    /// [`Request::json_mode`].
+    pub json_mode: bool,
 }
 
 /// The chosen configuration and why.
@@ -444,6 +451,7 @@ pub fn choose(
         residency,
         pinned_layers: pinned,
         kv_windowed: w.kv_windowed,
+        json_mode: w.json_mode,
     };
     let whole = match w.residency {
         Some(Residency::Stream) => vec![],
@@ -710,7 +718,21 @@ pub(crate) mod tests {
             n_seq: 1,
             kv_available: vec![KvType::F16],
             kv_windowed: false,
+            json_mode: false,
         }
+    }
+
+    /// A server's plan counts JSON mode's tables, from their owner's formula, and nothing else.
+    #[test]
+    fn a_server_plan_counts_json_modes_tables() {
+        let (c, m) = qwen7b();
+        let run = choose(&c, &m, 6 << 30, &wants()).unwrap().request;
+        let serve = Request { json_mode: true, ..run };
+        let (a, b) = (predict(&c, &m, &run), predict(&c, &m, &serve));
+        let json = engine::JsonVocab::heap_bytes(c.n_vocab) as u64;
+        assert_eq!(b.arena - a.arena, json);
+        assert_eq!(b.total - a.total, json);
+        assert!(json > 1 << 20, "{json}: a 152 k vocabulary's table and row exceed 1 MiB");
     }
 
     #[test]

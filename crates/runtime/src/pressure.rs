@@ -357,6 +357,7 @@ mod tests {
             residency,
             pinned_layers: pinned,
             kv_windowed: false,
+            json_mode: false,
         };
         Fit::new(config, facts, request, budget)
     }

@@ -111,6 +111,8 @@ pub struct RunOptions {
     /// Heap bytes of the LoRA adapters the run applies (`model::Lora::bytes`), which the plan
     /// counts.
     pub adapter_bytes: u64,
+    /// JSON mode may run (a server; [`crate::plan::Request::json_mode`]).
+    pub json_mode: bool,
 }
 
 impl Default for RunOptions {
@@ -126,6 +128,7 @@ impl Default for RunOptions {
             n_seq: 1,
             mem: MemOptions::default(),
             adapter_bytes: 0,
+            json_mode: false,
         }
     }
 }
@@ -198,6 +201,7 @@ pub fn plan(
         n_seq: o.n_seq.max(1),
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
+        json_mode: o.json_mode,
     };
     let facts =
         ModelFacts { adapter_bytes: o.adapter_bytes, ..ModelFacts::from_gguf(&model.file, c) };

@@ -454,9 +454,8 @@ struct Scheduler {
     rows: Vec<usize>,
     sizer: ChunkSizer,
     shed: Shed,
-    /// A copy of the output row with the tokens JSON mode forbids at −∞, and what the mask
-    /// reads of each token (both vocabulary-sized once a JSON-mode request has run).
-    masked: Vec<f32>,
+    /// What JSON mode's mask reads of each token and the masked copy of an output row (built
+    /// at the first JSON-mode request; `JsonVocab::heap_bytes`, which the plan counts).
     json_vocab: Option<JsonVocab>,
 }
 
@@ -484,7 +483,6 @@ impl Scheduler {
             rows: Vec::new(),
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
             shed,
-            masked: Vec::new(),
             json_vocab: None,
         }
     }
@@ -697,28 +695,26 @@ impl Scheduler {
         let tok = match &mut q.json {
             None => q.sampler.sample(logits),
             Some(json) => {
-                self.masked.clear();
-                self.masked.extend_from_slice(logits);
                 let tk = &self.tok;
                 // Control tokens have no text an answer may hold; the mask refuses empty pieces.
                 let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-                let vocab = match &self.json_vocab {
+                let vocab = match &mut self.json_vocab {
                     Some(v) if v.len() == logits.len() => v,
                     _ => self
                         .json_vocab
                         .insert(JsonVocab::new(logits.len(), piece, |t| tk.is_eog(t))),
                 };
-                if !json.apply(&mut self.masked, vocab, piece) {
+                let Some(masked) = vocab.masked(logits, json, piece) else {
                     // Nothing the vocabulary holds continues the object (never met in practice:
                     // single-character tokens always do); end rather than break the format.
                     return Some(FinishReason::Stop);
-                }
-                let mut tok = q.sampler.sample(&self.masked);
-                if self.masked[tok as usize] == f32::NEG_INFINITY {
+                };
+                let mut tok = q.sampler.sample(masked);
+                if masked[tok as usize] == f32::NEG_INFINITY {
                     // Only the sampler's last-candidate fallback (float rounding in its draw
                     // without min-p) can land on a refused token: take the best allowed one.
-                    tok = (0..self.masked.len())
-                        .max_by(|&a, &b| self.masked[a].total_cmp(&self.masked[b]))
+                    tok = (0..masked.len())
+                        .max_by(|&a, &b| masked[a].total_cmp(&masked[b]))
                         .map_or(tok, |t| t as u32);
                 }
                 if !tk.is_eog(tok) {
