@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import ollama
 import openai
@@ -122,6 +122,26 @@ for t in (0, 1.0):
                response_format=Person)
     check(ps.choices[0].finish_reason == "stop" and isinstance(ps.choices[0].message.parsed, Person),
           f"json_schema at temperature {t}: {ps.choices[0].message.content!r}")
+# A union of two model classes (`anyOf` of two object types, which the first character does not
+# tell apart), as pydantic writes `list[Union[Cat, Dog]]`.
+class Cat(pydantic.BaseModel):
+    kind: Literal["cat"]
+    lives: int
+
+
+class Dog(pydantic.BaseModel):
+    kind: Literal["dog"]
+    good: bool
+
+
+class Pets(pydantic.BaseModel):
+    pets: list[Union[Cat, Dog]] = pydantic.Field(max_length=3)
+
+
+ask_pets = [{"role": "user", "content": "List two pets as JSON: a cat and a dog."}]
+pp = parse(model=model, messages=ask_pets, max_tokens=120, temperature=0, response_format=Pets)
+check(pp.choices[0].finish_reason == "stop" and isinstance(pp.choices[0].message.parsed, Pets),
+      f"json_schema with a union of models: {pp.choices[0].message.content!r}")
 e = raises(openai.BadRequestError,
            lambda: oa.chat.completions.create(
                model=model, messages=ask_json, max_tokens=4,
@@ -220,6 +240,10 @@ js = ol.chat(model=model, messages=ask_person, format=Person.model_json_schema()
              options={"num_predict": 80, "temperature": 0})
 check(js.done_reason == "stop" and isinstance(Person.model_validate_json(js.message.content), Person),
       f"ollama format schema: {js.message.content!r}")
+jp = ol.chat(model=model, messages=ask_pets, format=Pets.model_json_schema(),
+             options={"num_predict": 120, "temperature": 0})
+check(jp.done_reason == "stop" and isinstance(Pets.model_validate_json(jp.message.content), Pets),
+      f"ollama format schema with a union of models: {jp.message.content!r}")
 e = raises(ollama.ResponseError,
            lambda: ol.generate(model=model, prompt="x", format={"type": "integer", "minimum": 0}),
            "ollama format with a range")

@@ -5,8 +5,9 @@
 //! does that once per sampled token and leaves the sampler only the tokens that keep the text a
 //! prefix of some JSON object, and the end-of-generation tokens only once the object is closed.
 //!
-//! With a schema ([`JsonFormat::Schema`]), [`crate::json_schema::SchemaPrefix`] takes the
-//! checker's place in the same mask.
+//! With a schema ([`JsonFormat::Schema`]), [`crate::json_schema::SchemaSet`] (one
+//! [`crate::json_schema::SchemaPrefix`] unless a union leaves readings open) takes the checker's
+//! place in the same mask.
 //!
 //! Cost: one pass over the vocabulary per sampled token, paid only by requests in JSON mode.
 //! Inside a string (most of an answer) a token is allowed exactly when [`string_safe`] holds for
@@ -18,7 +19,7 @@
 
 use std::sync::Arc;
 
-use crate::json_schema::{Schema, SchemaPrefix};
+use crate::json_schema::{Schema, SchemaSet};
 
 /// Containers nested deeper than this are refused (the stack is one bit per level).
 pub const MAX_DEPTH: u32 = 128;
@@ -440,14 +441,14 @@ pub struct JsonMask {
 #[allow(clippy::large_enum_variant)]
 enum Check {
     Object(JsonPrefix),
-    Schema(Arc<Schema>, SchemaPrefix),
+    Schema(Arc<Schema>, SchemaSet),
 }
 
 impl JsonMask {
     pub fn new(format: &JsonFormat) -> JsonMask {
         let check = match format {
             JsonFormat::Object => Check::Object(JsonPrefix::new()),
-            JsonFormat::Schema(s) => Check::Schema(s.clone(), SchemaPrefix::new()),
+            JsonFormat::Schema(s) => Check::Schema(s.clone(), SchemaSet::new()),
         };
         JsonMask { check }
     }
@@ -479,14 +480,24 @@ impl JsonMask {
                 p.in_plain_string(),
                 p.is_complete(),
             ),
-            Check::Schema(s, p) => vocab.mask(
-                logits,
-                p,
-                |p, b| p.push_all(s, b),
-                piece,
-                p.in_plain_string(),
-                p.can_end(s),
-            ),
+            Check::Schema(s, set) => match set.single(s) {
+                Some(p) => vocab.mask(
+                    logits,
+                    p,
+                    |p, b| p.push_all(s, b),
+                    piece,
+                    p.in_plain_string(),
+                    p.can_end(s),
+                ),
+                None => vocab.mask(
+                    logits,
+                    set,
+                    |p, b| p.push_all(s, b),
+                    piece,
+                    set.in_plain_string(),
+                    set.can_end(s),
+                ),
+            },
         }
     }
 

@@ -3,11 +3,18 @@
 //!
 //! [`Schema::compile`] turns a schema into a graph of nodes once per request and refuses,
 //! with a message that names the keyword, any schema it cannot enforce exactly: a keyword
-//! outside the subset below, a union whose branches cannot be told apart by a value's first
-//! byte, a `$ref` that leads back to itself before any bracket. [`SchemaPrefix`] then reads the
-//! answer a byte at a time like [`JsonPrefix`], whose states it reuses for the values the schema
-//! leaves free (strings, numbers, literals, anything under `{}`); it is `Copy` (a fixed stack of
-//! [`MAX_NEST`] frames), so the mask tries each vocabulary token on a copy.
+//! outside the subset below, a `$ref` that leads back to itself before any bracket.
+//! [`SchemaPrefix`] then reads the answer a byte at a time like [`JsonPrefix`], whose states it
+//! reuses for the values the schema leaves free (strings, numbers, literals, anything under
+//! `{}`); it is `Copy` (a fixed stack of [`MAX_NEST`] frames), so the mask tries each vocabulary
+//! token on a copy.
+//!
+//! A union's branches are chosen by the value's first byte when that tells them apart (an
+//! object or null, a string or a number). When it does not (two object types, as pydantic
+//! writes `Union[A, B]`; an integer or a number), [`SchemaSet`] reads the answer with one
+//! [`SchemaPrefix`] per branch still possible, up to [`MAX_READINGS`] at once, and drops each
+//! as the answer rules it out; past that many, the earliest branches are kept (every answer
+//! still matches the schema, the latest branches are just not offered then).
 //!
 //! The subset: `type` (one or a list), `properties` with `required` (keys in any order, each at
 //! most once, no others), `additionalProperties` (a map when there are no properties), `items`
@@ -18,8 +25,10 @@
 //! always satisfy them.
 //!
 //! Cost: the schema is compiled per request (its size is bounded by the request body). Per
-//! sampled token the mask is [`crate::json`]'s pass over the vocabulary with a state of ~330
-//! bytes, which the pass's byte filters copy only for the few tokens that pass them.
+//! sampled token the mask is [`crate::json`]'s pass over the vocabulary with a state of ~320
+//! bytes, which the pass's byte filters copy only for the few tokens that pass them. A schema
+//! with a union the first byte cannot decide is read through a [`SchemaSet`] instead, which the
+//! pass copies whole (~2.6 KB): see BENCHMARKS.md for what that costs a token.
 
 use std::collections::HashMap;
 
@@ -36,6 +45,10 @@ pub const MAX_CHOICES: usize = 64;
 
 /// Nodes of one compiled schema at most.
 pub const MAX_NODES: usize = 4096;
+
+/// Readings of one answer a [`SchemaSet`] follows at once (branches of unions the answer has
+/// not yet told apart).
+pub const MAX_READINGS: usize = 8;
 
 type NodeId = u16;
 
@@ -82,8 +95,8 @@ enum Node {
         min: u32,
         max: u32,
     },
-    /// One of these nodes, chosen by the value's first byte (the branches' first bytes are
-    /// disjoint).
+    /// One of these nodes. Branches whose values start differently are told apart by the first
+    /// byte; the others are read side by side ([`SchemaSet`]) until the answer tells them apart.
     OneOf(Vec<NodeId>),
     /// The same as another node (a `$ref`).
     Alias(NodeId),
@@ -120,6 +133,9 @@ pub struct Schema {
     nodes: Vec<Node>,
     /// The bytes each node's values may start with.
     first: Vec<ByteSet>,
+    /// Some union has branches a value's first byte does not tell apart (two object types, a
+    /// string and a string enum, ...): answers are then read by several [`SchemaPrefix`]es.
+    forks: bool,
 }
 
 /// Compiling: the whole schema document (for `$ref`s) and the nodes made so far.
@@ -144,23 +160,25 @@ impl Schema {
         for id in 0..c.nodes.len() {
             first.push(first_bytes(&c.nodes, id as NodeId, &mut Vec::new())?);
         }
-        let schema = Schema { nodes: c.nodes, first };
-        for node in &schema.nodes {
-            if let Node::OneOf(alts) = node {
-                for (i, a) in alts.iter().enumerate() {
-                    for b in &alts[..i] {
-                        if schema.first[*a as usize].meets(&schema.first[*b as usize]) {
-                            return err(
-                                "anyOf/oneOf branches must differ in the kind of value (object, \
-                                 array, string, number, boolean, null) so the first character \
-                                 decides between them",
-                            );
-                        }
-                    }
-                }
-            }
+        let forks = c.nodes.iter().any(|node| match node {
+            Node::OneOf(alts) => alts.iter().enumerate().any(|(i, a)| {
+                alts[..i].iter().any(|b| first[*a as usize].meets(&first[*b as usize]))
+            }),
+            _ => false,
+        });
+        Ok(Schema { nodes: c.nodes, first, forks })
+    }
+
+    /// Calls `f` with each branch of `node` (past aliases and nested unions), in the schema's
+    /// order, whose values may start with `b`; `node` itself if it is no union.
+    fn branches(&self, node: NodeId, b: u8, f: &mut impl FnMut(NodeId)) {
+        let (id, n) = self.node(node);
+        match n {
+            // Aliases and unions reach a byte-reading node without looping (compile checks).
+            Node::OneOf(alts) => alts.iter().for_each(|&a| self.branches(a, b, f)),
+            _ if self.first[id as usize].has(b) => f(id),
+            _ => {}
         }
-        Ok(schema)
     }
 
     /// The node `id` stands for, past any aliases (which never form a cycle: compile checks).
@@ -495,6 +513,9 @@ pub struct SchemaPrefix {
     /// Whitespace bytes in a row between the schema's tokens.
     ws: u8,
     started: bool,
+    /// Which branch the next union whose branches the byte does not tell apart takes, in the
+    /// order of [`Schema::branches`] ([`SchemaSet`] sets it; 0 otherwise).
+    pick: u8,
 }
 
 impl Default for SchemaPrefix {
@@ -506,6 +527,7 @@ impl Default for SchemaPrefix {
             free: JsonPrefix::value(),
             ws: 0,
             started: false,
+            pick: 0,
         }
     }
 }
@@ -545,6 +567,28 @@ impl SchemaPrefix {
 
     fn top(&mut self) -> &mut Frame {
         &mut self.frames[self.depth as usize - 1]
+    }
+
+    /// Ways byte `b` may be read here: the branches it could start of a union it does not
+    /// decide, else 1.
+    fn readings(&self, s: &Schema, b: u8) -> usize {
+        let node = match self.mode {
+            _ if is_ws(b) => return 1,
+            Mode::Value { node } => node,
+            Mode::ItemOrClose | Mode::Item if b != b']' => {
+                match s.node(self.frames[self.depth as usize - 1].node).1 {
+                    Node::Array { items, .. } => *items,
+                    _ => return 1,
+                }
+            }
+            _ => return 1,
+        };
+        if !matches!(s.node(node).1, Node::OneOf(_)) {
+            return 1;
+        }
+        let mut n = 0;
+        s.branches(node, b, &mut |_| n += 1);
+        n.max(1)
     }
 
     /// One byte; false if no answer the schema accepts continues with it.
@@ -623,10 +667,16 @@ impl SchemaPrefix {
             }
             Node::Object { .. } | Node::Map(_) => b == b'{' && self.open(id, Mode::KeyOrClose),
             Node::Array { .. } => b == b'[' && self.open(id, Mode::ItemOrClose),
-            Node::OneOf(alts) => match alts.iter().find(|&&a| s.first[a as usize].has(b)) {
-                Some(&a) => self.start(s, a, b),
-                None => false,
-            },
+            Node::OneOf(_) => {
+                let (mut skip, mut chosen) = (self.pick, None);
+                s.branches(id, b, &mut |a| match skip {
+                    _ if chosen.is_some() => {}
+                    0 => chosen = Some(a),
+                    _ => skip -= 1,
+                });
+                self.pick = 0;
+                chosen.is_some_and(|a| self.start(s, a, b))
+            }
             Node::Alias(_) => unreachable!("Schema::node resolves aliases"),
         }
     }
@@ -783,6 +833,101 @@ impl SchemaPrefix {
     }
 }
 
+/// An answer read against a schema whose unions the first byte may not decide: one
+/// [`SchemaPrefix`] per reading still possible (one alone for any other schema). `Copy`, like
+/// the prefix, for the mask's trials.
+#[derive(Clone, Copy, Debug)]
+pub struct SchemaSet {
+    readings: [SchemaPrefix; MAX_READINGS],
+    n: u8,
+}
+
+impl Default for SchemaSet {
+    fn default() -> Self {
+        SchemaSet { readings: [SchemaPrefix::new(); MAX_READINGS], n: 1 }
+    }
+}
+
+impl SchemaSet {
+    pub fn new() -> SchemaSet {
+        SchemaSet::default()
+    }
+
+    fn live(&self) -> &[SchemaPrefix] {
+        &self.readings[..self.n as usize]
+    }
+
+    /// The one reading, when `s` has no union the first byte leaves open (the answer then never
+    /// has more than one): the mask tries tokens on a copy of it alone.
+    pub fn single(&self, s: &Schema) -> Option<&SchemaPrefix> {
+        (!s.forks).then(|| &self.readings[0])
+    }
+
+    /// Readings still possible.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// True once some reading has closed the root value.
+    pub fn is_complete(&self) -> bool {
+        self.live().iter().any(SchemaPrefix::is_complete)
+    }
+
+    /// True when the answer may end here under some reading.
+    pub fn can_end(&self, s: &Schema) -> bool {
+        self.live().iter().any(|p| p.can_end(s))
+    }
+
+    /// True when every reading is inside a free string, past any escape.
+    pub fn in_plain_string(&self) -> bool {
+        self.live().iter().all(SchemaPrefix::in_plain_string)
+    }
+
+    /// Feeds `bytes`; false (and the state is then unspecified) if no reading continues.
+    pub fn push_all(&mut self, s: &Schema, bytes: &[u8]) -> bool {
+        bytes.iter().all(|&b| self.push(s, b))
+    }
+
+    /// One byte: each reading takes it (a union it starts forks the reading into one per
+    /// branch the byte could start, up to [`MAX_READINGS`] in all); those that cannot are
+    /// dropped. False if none is left.
+    pub fn push(&mut self, s: &Schema, b: u8) -> bool {
+        let n = self.n as usize;
+        if !s.forks || (0..n).all(|i| self.readings[i].readings(s, b) == 1) {
+            let mut kept = 0;
+            for i in 0..n {
+                let mut p = self.readings[i];
+                if p.push(s, b) {
+                    self.readings[kept] = p;
+                    kept += 1;
+                }
+            }
+            self.n = kept as u8;
+            return kept > 0;
+        }
+        let old = self.readings;
+        let mut kept = 0;
+        for p in &old[..n] {
+            for pick in 0..p.readings(s, b) {
+                if kept == MAX_READINGS {
+                    break;
+                }
+                let mut q = SchemaPrefix { pick: pick as u8, ..*p };
+                if q.push(s, b) {
+                    self.readings[kept] = q;
+                    kept += 1;
+                }
+            }
+        }
+        self.n = kept as u8;
+        kept > 0
+    }
+}
+
 /// A mask of the first `n` choices (keys of an object, texts of an enum).
 fn all(n: usize) -> u64 {
     (0..n).fold(0, |m, i| m | 1 << i)
@@ -811,11 +956,11 @@ mod tests {
     }
 
     fn ok(s: &Schema, text: &str) -> bool {
-        SchemaPrefix::new().push_all(s, text.as_bytes())
+        SchemaSet::new().push_all(s, text.as_bytes())
     }
 
     fn complete(s: &Schema, text: &str) -> bool {
-        let mut p = SchemaPrefix::new();
+        let mut p = SchemaSet::new();
         p.push_all(s, text.as_bytes()) && p.is_complete()
     }
 
@@ -918,13 +1063,73 @@ mod tests {
         assert!(complete(&schema(json!(true)), "[1, 2]"));
     }
 
+    /// What pydantic writes for `Union[Cat, Dog]` (two object types) inside a list, beside a
+    /// string-or-enum and an integer-or-number: branches the first byte does not tell apart.
+    #[test]
+    fn unions_the_first_byte_does_not_decide_are_read_side_by_side() {
+        let s = schema(json!({
+            "$defs": {
+                "Cat": {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}}, "required": ["kind", "lives"]},
+                "Dog": {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}}, "required": ["kind"]}
+            },
+            "type": "object",
+            "properties": {
+                "pets": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}},
+                "word": {"anyOf": [{"enum": ["yes", "no"]}, {"type": "string"}]},
+                "n": {"anyOf": [{"type": "integer"}, {"type": "number"}]}
+            },
+            "required": ["pets"]
+        }));
+        assert!(s.forks);
+        for t in [
+            r#"{"pets": [{"kind": "cat", "lives": 9}, {"good": true, "kind": "dog"}]}"#,
+            r#"{"pets": [{"lives": 3, "kind": "cat"}], "word": "yes", "n": 2}"#,
+            r#"{"pets": [], "word": "maybe", "n": -2.5}"#,
+            r#"{"pets": [{"kind": "dog"}]}"#,
+        ] {
+            assert!(complete(&s, t), "{t}");
+        }
+        for t in [
+            r#"{"pets": [{"kind": "cat"}]}"#,
+            r#"{"pets": [{"kind": "dog", "lives": 1}]}"#,
+            r#"{"pets": [{"kind": "cat", "good": true, "lives": 1}]}"#,
+            r#"{"pets": [{"kind": "bird"}]}"#,
+        ] {
+            assert!(!complete(&s, t), "{t}");
+        }
+        // Both object readings are alive until the kind says which; then one is left.
+        let mut p = SchemaSet::new();
+        assert!(p.push_all(&s, br#"{"pets": [{"#));
+        assert_eq!(p.len(), 2);
+        assert!(p.push_all(&s, br#""kind": "d"#));
+        assert_eq!(p.len(), 1);
+        // Keys both types declare are offered while both are alive; a key only one declares
+        // settles it.
+        let mut p = SchemaSet::new();
+        assert!(p.push_all(&s, br#"{"pets": [{"lives": 2"#));
+        assert_eq!(p.len(), 1);
+    }
+
+    /// Nine object types, all starting with `{`: the set keeps the first eight readings; every
+    /// answer it takes still matches the schema.
+    #[test]
+    fn readings_past_the_cap_drop_the_latest_branches() {
+        let alts: Vec<Value> = (0..MAX_READINGS + 1)
+            .map(|i| json!({"type": "object", "properties": {format!("k{i}"): {"type": "null"}}, "required": [format!("k{i}")]}))
+            .collect();
+        let s = schema(json!({"anyOf": alts}));
+        let mut p = SchemaSet::new();
+        assert!(p.push(&s, b'{'));
+        assert_eq!(p.len(), MAX_READINGS);
+        assert!(complete(&s, r#"{"k0": null}"#) && complete(&s, r#"{"k7": null}"#));
+        assert!(!ok(&s, r#"{"k8""#));
+    }
+
     #[test]
     fn schemas_it_cannot_enforce_are_refused_with_the_reason() {
         for (v, why) in [
             (json!({"type": "string", "pattern": "^a"}), "pattern"),
             (json!({"type": "integer", "minimum": 0}), "minimum"),
-            (json!({"anyOf": [{"type": "string"}, {"enum": ["a"]}]}), "first character"),
-            (json!({"anyOf": [{"type": "integer"}, {"type": "number"}]}), "first character"),
             (
                 json!({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, "$ref": "#/$defs/A"}),
                 "itself",
@@ -975,5 +1180,26 @@ mod tests {
         let mut m = JsonMask::new(&int);
         m.accept(b"7");
         assert_eq!(allowed(&m), [false, false, false, false, false, false, false, true, true]);
+        // A union of two object types: a token is offered when some reading takes it.
+        let pets: [&[u8]; 6] = [b"{\"", b"kind\": \"", b"cat", b"dog", b"\"}", b""];
+        let vocab = JsonVocab::new(6, |t| pets[t as usize], |t| t == 5);
+        let allowed = |m: &JsonMask| {
+            let mut l = [0.0; 6];
+            m.apply(&mut l, &vocab, |t| pets[t as usize]);
+            l.map(|v| v == 0.0)
+        };
+        let either = schema(json!({"anyOf": [
+            {"type": "object", "properties": {"kind": {"const": "cat"}}, "required": ["kind"]},
+            {"type": "object", "properties": {"kind": {"const": "dog"}}, "required": ["kind"]}
+        ]}));
+        let mut m = JsonMask::new(&JsonFormat::Schema(Arc::new(either)));
+        m.accept(pets[0]);
+        m.accept(pets[1]);
+        assert_eq!(allowed(&m), [false, false, true, true, false, false]);
+        m.accept(pets[3]);
+        assert_eq!(allowed(&m), [false, false, false, false, true, false]);
+        m.accept(pets[4]);
+        assert!(m.is_complete());
+        assert_eq!(allowed(&m), [false, false, false, false, false, true]);
     }
 }
