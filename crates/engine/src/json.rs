@@ -28,6 +28,12 @@ pub const MAX_DEPTH: u32 = 128;
 /// model cannot fill its token budget with blanks; llama.cpp's JSON grammar bounds it likewise.
 pub const MAX_WS_RUN: u8 = 32;
 
+/// Digits a number's integer part and its fraction may have each, and its exponent: past them a
+/// model stuck on one digit (`1000000…`) would run to its token limit and leave the answer
+/// unparsable. llama.cpp's JSON grammars bound numbers the same way (16 integer digits).
+pub const MAX_DIGITS: u8 = 16;
+pub const MAX_EXP_DIGITS: u8 = 3;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     /// Before the top-level object: the answer starts with `{`.
@@ -127,11 +133,13 @@ pub struct JsonPrefix {
     depth: u32,
     /// Whitespace bytes in a row outside strings.
     ws: u8,
+    /// Digits read in the part of a number the reader is in ([`MAX_DIGITS`]).
+    digits: u8,
 }
 
 impl Default for JsonPrefix {
     fn default() -> Self {
-        JsonPrefix { mode: Mode::Start, stack: 0, depth: 0, ws: 0 }
+        JsonPrefix { mode: Mode::Start, stack: 0, depth: 0, ws: 0, digits: 0 }
     }
 }
 
@@ -262,6 +270,7 @@ impl JsonPrefix {
             }
             b'1'..=b'9' => {
                 self.mode = Mode::Num(Num::Int);
+                self.digits = 1;
                 true
             }
             _ => match WORDS.iter().position(|w| w[0] == b) {
@@ -410,6 +419,17 @@ impl JsonPrefix {
             (Num::Exp | Num::ExpSign | Num::ExpInt, _) if digit => Some(Num::ExpInt),
             _ => None,
         };
+        // A digit part may hold so many digits; then the number ends (or the byte is refused).
+        let next = next.filter(|&m| {
+            let most = match m {
+                Num::Int | Num::Frac => MAX_DIGITS,
+                Num::ExpInt => MAX_EXP_DIGITS,
+                _ => return true,
+            };
+            let digits = if m == n { self.digits + 1 } else { 1 };
+            self.digits = digits;
+            digits <= most
+        });
         if let Some(n) = next {
             self.mode = Mode::Num(n);
             return true;
@@ -708,6 +728,21 @@ mod tests {
             r#"{"a": "\ud83dx"#,
         ] {
             assert!(!ok(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn number_parts_are_bounded() {
+        let sixteen = "1".repeat(16);
+        for (t, good) in [
+            (format!("{{\"a\": {sixteen}}}"), true),
+            (format!("{{\"a\": -{sixteen}.{sixteen}e-999}}"), true),
+            (format!("{{\"a\": {sixteen}1"), false),
+            (format!("{{\"a\": 0.{sixteen}1"), false),
+            ("{\"a\": 1e1000".to_string(), false),
+            (format!("{{\"a\": [{sixteen}, {sixteen}]}}"), true),
+        ] {
+            assert_eq!(ok(&t), good, "{t}");
         }
     }
 
