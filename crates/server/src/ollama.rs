@@ -87,6 +87,10 @@ pub struct ChatRequest {
     /// the schema accepts ([`engine::json_schema`]; a schema it cannot enforce is a 400).
     #[schemars(with = "Option<FormatSchema>")]
     format: Option<Value>,
+    /// Functions the model may call. snug calls none (`/api/show` lists no `tools`
+    /// capability), so a list that is not empty is a 400, as Ollama answers for such a model.
+    #[schemars(length(max = 0))]
+    tools: Option<Vec<Value>>,
 }
 
 /// `format` as the spec describes it: `"json"` (or empty), or a JSON schema object.
@@ -227,6 +231,13 @@ pub struct Chat {
 impl Chat {
     pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
         let req: ChatRequest = from_json(S, body)?;
+        if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(ApiError::bad_request(
+                S,
+                "this model does not support tools: snug does not call functions; send the \
+                 request without `tools`",
+            ));
+        }
         Ok(Chat {
             settings: settings(req.options, req.format)?,
             model: req.model,

@@ -74,6 +74,23 @@ pub struct Common {
     /// the schema accepts ([`engine::json_schema`] says which schemas; others are a 400);
     /// `{"type": "text"}`: no constraint.
     response_format: Option<ResponseFormat>,
+    /// Functions the model may call. snug calls none, so a list that is not empty is a 400
+    /// (llama-server without `--jinja` refuses them too) rather than silently dropped.
+    #[schemars(length(max = 0))]
+    tools: Option<Vec<Value>>,
+    /// `"none"` or `"auto"` (with no tools: no call); one that demands a call is a 400.
+    #[schemars(with = "Option<ToolChoice>")]
+    tool_choice: Option<Value>,
+}
+
+/// `tool_choice` as the spec describes it.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiToolChoice")]
+#[allow(dead_code)]
+enum ToolChoice {
+    None,
+    Auto,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -254,6 +271,18 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
         return Err(ApiError::bad_request(
             S,
             "n must be 1: this server returns one choice per request",
+        ));
+    }
+    let demands_call = match &c.tool_choice {
+        None => false,
+        Some(Value::String(t)) => t != "none" && t != "auto",
+        Some(_) => true,
+    };
+    if c.tools.as_ref().is_some_and(|t| !t.is_empty()) || demands_call {
+        return Err(ApiError::bad_request(
+            S,
+            "tools are not supported: snug does not call functions; send the request without \
+             `tools` (and with `tool_choice` absent, \"none\" or \"auto\")",
         ));
     }
     let knobs = Knobs {
