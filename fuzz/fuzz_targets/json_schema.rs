@@ -47,7 +47,12 @@ fn valid(root: &Value, s: &Value, v: &Value, depth: usize) -> bool {
         _ => return true,
     };
     types.iter().any(|t| match (*t, v) {
-        ("string", Value::String(_)) | ("boolean", Value::Bool(_)) | ("null", Value::Null) => true,
+        ("string", Value::String(x)) => {
+            let n = x.chars().count() as u64;
+            n >= o.get("minLength").and_then(Value::as_u64).unwrap_or(0)
+                && n <= o.get("maxLength").and_then(Value::as_u64).unwrap_or(u64::MAX)
+        }
+        ("boolean", Value::Bool(_)) | ("null", Value::Null) => true,
         ("number", Value::Number(_)) => true,
         ("integer", Value::Number(n)) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18),
         ("array", Value::Array(a)) => {

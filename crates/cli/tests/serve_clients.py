@@ -123,7 +123,7 @@ for t in (0, 1.0):
     check(ps.choices[0].finish_reason == "stop" and isinstance(ps.choices[0].message.parsed, Person),
           f"json_schema at temperature {t}: {ps.choices[0].message.content!r}")
 # A union of two model classes (`anyOf` of two object types, which the first character does not
-# tell apart), as pydantic writes `list[Union[Cat, Dog]]`.
+# tell apart), as pydantic writes `list[Union[Cat, Dog]]`, and a string with length bounds.
 class Cat(pydantic.BaseModel):
     kind: Literal["cat"]
     lives: int
@@ -132,6 +132,7 @@ class Cat(pydantic.BaseModel):
 class Dog(pydantic.BaseModel):
     kind: Literal["dog"]
     good: bool
+    name: str = pydantic.Field(min_length=1, max_length=12)
 
 
 class Pets(pydantic.BaseModel):

@@ -11,11 +11,12 @@
 //!
 //! Cost: one pass over the vocabulary per sampled token, paid only by requests in JSON mode.
 //! Inside a string (most of an answer) a token is allowed exactly when [`string_safe`] holds for
-//! its bytes, so that pass reads one precomputed flag a token ([`JsonVocab`]: 3 bytes a token,
-//! built once per vocabulary, beside the masked copy of the logits the sampler reads: together
-//! [`JsonVocab::heap_bytes`], which the planner counts for a server); elsewhere the 256 bytes are tried once, then the second bytes
-//! after each first byte that may come next, and a token failing either is refused without
-//! copying the state: 0.2–1 ms a token on a 152 k vocabulary (BENCHMARKS.md).
+//! its bytes (and, in a string a schema bounds, its characters fit), so that pass reads one
+//! precomputed record a token ([`JsonVocab`]: 4 bytes a token, built once per vocabulary, beside
+//! the masked copy of the logits the sampler reads: together [`JsonVocab::heap_bytes`], which
+//! the planner counts for a server); elsewhere the 256 bytes are tried once, then the second
+//! bytes after each first byte that may come next, and a token failing either is refused
+//! without copying the state: 0.2–1 ms a token on a 152 k vocabulary (BENCHMARKS.md).
 
 use std::sync::Arc;
 
@@ -497,7 +498,7 @@ impl JsonMask {
                 p,
                 |p, b| p.push_all(b),
                 piece,
-                p.in_plain_string(),
+                p.in_plain_string().then_some(u32::MAX),
                 p.is_complete(),
             ),
             Check::Schema(s, set) => match set.single(s) {
@@ -506,7 +507,7 @@ impl JsonMask {
                     p,
                     |p, b| p.push_all(s, b),
                     piece,
-                    p.in_plain_string(),
+                    p.string_room(s),
                     p.can_end(s),
                 ),
                 None => vocab.mask(
@@ -514,7 +515,7 @@ impl JsonMask {
                     set,
                     |p, b| p.push_all(s, b),
                     piece,
-                    set.in_plain_string(),
+                    set.string_room(s),
                     set.can_end(s),
                 ),
             },
@@ -545,6 +546,9 @@ pub struct JsonVocab {
 struct Facts {
     head: [u8; 2],
     flags: u8,
+    /// Characters a string-safe token adds to a string (bytes that start one), at most 255
+    /// (saturated: such a token is stepped instead).
+    chars: u8,
 }
 
 impl Facts {
@@ -574,7 +578,8 @@ impl JsonVocab {
                 }
                 let head =
                     [bytes.first().copied().unwrap_or(0), bytes.get(1).copied().unwrap_or(0)];
-                Facts { head, flags }
+                let chars = bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count().min(255) as u8;
+                Facts { head, flags, chars }
             })
             .collect();
         JsonVocab { tokens, row: Vec::with_capacity(n) }
@@ -618,14 +623,15 @@ impl JsonVocab {
     }
 
     /// The one pass over the vocabulary for a checker state `state` (`push_all` tries bytes on
-    /// a copy), which is inside a plain string (`in_string`) or may end here (`can_end`).
+    /// a copy), which may end here (`can_end`), and is inside a plain string that may take
+    /// `in_string = Some(n)` more characters (`u32::MAX`: any number), or not (`None`).
     fn mask<'a, S: Copy>(
         &self,
         logits: &mut [f32],
         state: &S,
         push_all: impl Fn(&mut S, &[u8]) -> bool,
         piece: impl Fn(u32) -> &'a [u8],
-        in_string: bool,
+        in_string: Option<u32>,
         can_end: bool,
     ) -> bool {
         // The bytes that may come next, tried once each, and outside strings, for each first
@@ -637,15 +643,17 @@ impl JsonVocab {
         let mut second: [Option<[bool; 256]>; 256] = [None; 256];
         let mut any = false;
         for (t, (l, f)) in logits.iter_mut().zip(&self.tokens).enumerate() {
-            let ok = if f.flags & Facts::SAFE != 0 && in_string {
-                true
+            let safe = f.flags & Facts::SAFE != 0 && f.chars < u8::MAX;
+            let ok = if let (true, Some(room)) = (safe, in_string) {
+                // It cannot close the string: it fits or not by its characters alone.
+                u32::from(f.chars) <= room
             } else if f.flags & Facts::EOG != 0 {
                 can_end
             } else if f.flags & Facts::EMPTY != 0 || !first[f.head[0] as usize] {
                 false
             } else if f.flags & Facts::ONE_BYTE != 0 {
                 true
-            } else if in_string {
+            } else if in_string.is_some() {
                 // Inside a string the first bytes met are many (the tokens that close it).
                 push_all(&mut { *state }, piece(t as u32))
             } else {

@@ -18,11 +18,13 @@
 //!
 //! The subset: `type` (one or a list), `properties` with `required` (keys in any order, each at
 //! most once, no others), `additionalProperties` (a map when there are no properties), `items`
-//! with `minItems`/`maxItems`, `enum` and `const` of strings, numbers, booleans and null,
+//! with `minItems`/`maxItems`, strings with `minLength`/`maxLength` (in characters, as JSON
+//! Schema counts them: code points, an escape one), `enum` and `const` of strings, numbers,
+//! booleans and null (which then decide alone),
 //! `anyOf`/`oneOf`, and local `$ref`s into `$defs`/`definitions` (recursion included).
 //! Annotations (`title`, `description`, `default`, `examples`, `format`, ...) are ignored.
-//! Value ranges, lengths and patterns are refused rather than ignored: the answer would not
-//! always satisfy them.
+//! Value ranges and patterns are refused rather than ignored: the answer would not always
+//! satisfy them.
 //!
 //! Cost: the schema is compiled per request (its size is bounded by the request body). Per
 //! sampled token the mask is [`crate::json`]'s pass over the vocabulary with a state of ~320
@@ -75,6 +77,11 @@ enum Node {
     /// Any JSON value.
     Any,
     Str,
+    /// A string of `min..=max` characters.
+    StrLen {
+        min: u32,
+        max: u32,
+    },
     Num,
     Int,
     Bool,
@@ -206,7 +213,7 @@ fn first_bytes(nodes: &[Node], id: NodeId, path: &mut Vec<NodeId>) -> Result<Byt
                 .filter(|&b| !is_ws(b) && JsonPrefix::value().feed(b) == Feed::Took)
                 .collect::<Vec<_>>(),
         ),
-        Node::Str => ByteSet::of(b"\""),
+        Node::Str | Node::StrLen { .. } => ByteSet::of(b"\""),
         Node::Num | Node::Int => ByteSet::of(NUMBER_START),
         Node::Bool => ByteSet::of(b"tf"),
         Node::Null => ByteSet::of(b"n"),
@@ -262,6 +269,8 @@ impl Compiler<'_> {
                 "items",
                 "minItems",
                 "maxItems",
+                "minLength",
+                "maxLength",
                 "enum",
                 "const",
                 "anyOf",
@@ -272,7 +281,7 @@ impl Compiler<'_> {
                 return err(format!(
                     "{at}: the JSON schema keyword \"{k}\" is not supported (supported: type, \
                      properties, required, additionalProperties, items, minItems, maxItems, \
-                     enum, const, anyOf, oneOf, $ref into $defs)"
+                     minLength, maxLength, enum, const, anyOf, oneOf, $ref into $defs)"
                 ));
             }
         }
@@ -307,7 +316,19 @@ impl Compiler<'_> {
                 vec!["object"]
             }
             None if o.contains_key("items") => vec!["array"],
-            None => return self.push(Node::Any),
+            None => {
+                // A bound on strings or arrays alone would leave other values free and the
+                // bounded ones unchecked: ask for the type instead of half-enforcing it.
+                if let Some(k) = ["minLength", "maxLength", "minItems", "maxItems"]
+                    .into_iter()
+                    .find(|k| o.contains_key(*k))
+                {
+                    return err(format!(
+                        "{at}: \"{k}\" needs a \"type\" (\"string\" or \"array\") beside it"
+                    ));
+                }
+                return self.push(Node::Any);
+            }
             Some(Value::String(t)) => vec![t.as_str()],
             Some(Value::Array(ts)) if !ts.is_empty() => ts
                 .iter()
@@ -319,7 +340,7 @@ impl Compiler<'_> {
         let has_number = types.contains(&"number");
         for t in &types {
             let id = match *t {
-                "string" => self.push(Node::Str)?,
+                "string" => self.string(o, at)?,
                 "number" => self.push(Node::Num)?,
                 // An integer is also a number: `["number", "integer"]` is a number.
                 "integer" if has_number => continue,
@@ -449,21 +470,38 @@ impl Compiler<'_> {
                 return err(format!("{at}/items: must be one schema (tuples are not supported)"))
             }
         };
-        let bound = |k: &str, default: u32| -> Result<u32, String> {
-            match o.get(k) {
-                None => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .map(|n| n.min(u32::MAX as u64) as u32)
-                    .ok_or_else(|| format!("{at}/{k}: must be a non-negative integer")),
-            }
-        };
-        let (min, max) = (bound("minItems", 0)?, bound("maxItems", u32::MAX)?);
-        if min > max || min > u16::MAX as u32 {
-            return err(format!("{at}: minItems must be at most maxItems and {}", u16::MAX));
+        let (min, max) = bounds(o, at, "minItems", "maxItems")?;
+        if min > u16::MAX as u32 {
+            return err(format!("{at}: minItems must be at most {}", u16::MAX));
         }
         self.push(Node::Array { items, min, max })
     }
+
+    /// A string, with `minLength`/`maxLength` when the schema gives them.
+    fn string(&mut self, o: &Map<String, Value>, at: &str) -> Result<NodeId, String> {
+        match bounds(o, at, "minLength", "maxLength")? {
+            (0, u32::MAX) => self.push(Node::Str),
+            (min, max) => self.push(Node::StrLen { min, max }),
+        }
+    }
+}
+
+/// The bounds `lo`..=`hi` of `o` (0 and `u32::MAX` when absent), checked.
+fn bounds(o: &Map<String, Value>, at: &str, lo: &str, hi: &str) -> Result<(u32, u32), String> {
+    let bound = |k: &str, default: u32| -> Result<u32, String> {
+        match o.get(k) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| n.min(u32::MAX as u64) as u32)
+                .ok_or_else(|| format!("{at}/{k}: must be a non-negative integer")),
+        }
+    };
+    let (min, max) = (bound(lo, 0)?, bound(hi, u32::MAX)?);
+    if min > max {
+        return err(format!("{at}: {lo} must be at most {hi}"));
+    }
+    Ok((min, max))
 }
 
 /// A schema container that is open: its node, the items read (arrays) or the keys seen
@@ -516,6 +554,8 @@ pub struct SchemaPrefix {
     /// Which branch the next union whose branches the byte does not tell apart takes, in the
     /// order of [`Schema::branches`] ([`SchemaSet`] sets it; 0 otherwise).
     pick: u8,
+    /// Characters read in the free string value being read (for `minLength`/`maxLength`).
+    chars: u32,
 }
 
 impl Default for SchemaPrefix {
@@ -528,6 +568,7 @@ impl Default for SchemaPrefix {
             ws: 0,
             started: false,
             pick: 0,
+            chars: 0,
         }
     }
 }
@@ -554,9 +595,20 @@ impl SchemaPrefix {
         }
     }
 
-    /// True inside a free string (a string value or a map key), past any escape.
-    pub fn in_plain_string(&self) -> bool {
-        matches!(self.mode, Mode::Free { .. } | Mode::MapKey) && self.free.in_plain_string()
+    /// Inside a free string (a string value or a map key), past any escape: how many more
+    /// characters it may take (`u32::MAX` when unbounded); `None` elsewhere.
+    pub fn string_room(&self, s: &Schema) -> Option<u32> {
+        if !self.free.in_plain_string() {
+            return None;
+        }
+        match self.mode {
+            Mode::Free { node } => match s.nodes[node as usize] {
+                Node::StrLen { max, .. } => Some(max.saturating_sub(self.chars)),
+                _ => Some(u32::MAX),
+            },
+            Mode::MapKey => Some(u32::MAX),
+            _ => None,
+        }
     }
 
     /// Feeds `bytes`; false (and the state is then unspecified) if they cannot continue an
@@ -652,11 +704,18 @@ impl SchemaPrefix {
         self.started = true;
         let (id, n) = s.node(node);
         match n {
-            Node::Any | Node::Str | Node::Num | Node::Int | Node::Bool | Node::Null => {
+            Node::Any
+            | Node::Str
+            | Node::StrLen { .. }
+            | Node::Num
+            | Node::Int
+            | Node::Bool
+            | Node::Null => {
                 if !s.first[id as usize].has(b) {
                     return false;
                 }
                 self.free = JsonPrefix::value();
+                self.chars = 0;
                 self.mode = Mode::Free { node: id };
                 self.step(s, b)
             }
@@ -731,6 +790,23 @@ impl SchemaPrefix {
                     && matches!(b, b'.' | b'e' | b'E')
                 {
                     return false;
+                }
+                if let Node::StrLen { min, max } = s.nodes[node as usize] {
+                    // In the string (not an escape's tail): the closing quote needs `min`
+                    // characters; a byte that starts one (no UTF-8 continuation byte; a
+                    // backslash starts an escape, which is one) needs room under `max`.
+                    if self.free.in_plain_string() {
+                        if b == b'"' {
+                            if self.chars < min {
+                                return false;
+                            }
+                        } else if b & 0xC0 != 0x80 {
+                            if self.chars >= max {
+                                return false;
+                            }
+                            self.chars += 1;
+                        }
+                    }
                 }
                 match self.free.feed(b) {
                     Feed::Took => {
@@ -882,9 +958,10 @@ impl SchemaSet {
         self.live().iter().any(|p| p.can_end(s))
     }
 
-    /// True when every reading is inside a free string, past any escape.
-    pub fn in_plain_string(&self) -> bool {
-        self.live().iter().all(SchemaPrefix::in_plain_string)
+    /// When every reading is inside a free string, past any escape: the fewest characters one
+    /// of them may still take ([`SchemaPrefix::string_room`]); `None` otherwise.
+    pub fn string_room(&self, s: &Schema) -> Option<u32> {
+        self.live().iter().map(|p| p.string_room(s)).try_fold(u32::MAX, |m, r| Some(m.min(r?)))
     }
 
     /// Feeds `bytes`; false (and the state is then unspecified) if no reading continues.
@@ -1108,6 +1185,57 @@ mod tests {
         let mut p = SchemaSet::new();
         assert!(p.push_all(&s, br#"{"pets": [{"lives": 2"#));
         assert_eq!(p.len(), 1);
+    }
+
+    /// Lengths count characters as JSON Schema does: code points, an escape one (a surrogate
+    /// pair one too).
+    #[test]
+    fn string_lengths_count_characters() {
+        let s = schema(json!({"type": "object", "properties": {
+            "a": {"type": "string", "minLength": 2, "maxLength": 4},
+            "b": {"type": ["string", "null"], "maxLength": 1}
+        }}));
+        for (t, good) in [
+            (r#"{"a": "ab"}"#, true),
+            (r#"{"a": "abcd"}"#, true),
+            (r#"{"a": "a"}"#, false),
+            (r#"{"a": "abcde"}"#, false),
+            ("{\"a\": \"é€😀x\"}", true),
+            ("{\"a\": \"é€😀xy\"}", false),
+            (r#"{"a": "\n\u00e9\ud83d\ude00x"}"#, true),
+            (r#"{"a": "\n\u00e9\ud83d\ude00xy"}"#, false),
+            (r#"{"b": null, "a": "xy"}"#, true),
+            (r#"{"b": "z"}"#, true),
+            (r#"{"b": "zz"}"#, false),
+        ] {
+            assert_eq!(complete(&s, t), good, "{t}");
+        }
+        // The closing quote waits for the minimum; the fifth character is refused at once.
+        assert!(!ok(&s, r#"{"a": "a""#) && ok(&s, r#"{"a": "abcd"#) && !ok(&s, r#"{"a": "abcde"#));
+        for (v, why) in [
+            (json!({"type": "string", "minLength": 3, "maxLength": 2}), "minLength"),
+            (json!({"type": "string", "maxLength": -1}), "maxLength"),
+            (json!({"maxLength": 2}), "needs a \"type\""),
+            (json!({"minItems": 1}), "needs a \"type\""),
+        ] {
+            let e = Schema::compile(&v).unwrap_err();
+            assert!(e.contains(why), "{v}: {e}");
+        }
+    }
+
+    /// In a bounded string the mask offers a string-safe token only if its characters fit.
+    #[test]
+    fn the_mask_fits_tokens_to_a_strings_room() {
+        use crate::json::{JsonFormat, JsonMask, JsonVocab};
+        use std::sync::Arc;
+        let pieces: [&[u8]; 5] = [b"\"", b"ab", "é€".as_bytes(), b"xyz", b"\""];
+        let vocab = JsonVocab::new(5, |t| pieces[t as usize], |_| false);
+        let s = Arc::new(schema(json!({"type": "string", "maxLength": 3})));
+        let mut m = JsonMask::new(&JsonFormat::Schema(s));
+        m.accept(b"\"a");
+        let mut l = [0.0; 5];
+        assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
+        assert_eq!(l.map(|v| v == 0.0), [true, true, true, false, true]);
     }
 
     /// Nine object types, all starting with `{`: the set keeps the first eight readings; every
