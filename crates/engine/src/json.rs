@@ -556,6 +556,8 @@ impl Facts {
     const EOG: u8 = 2;
     const EMPTY: u8 = 4;
     const ONE_BYTE: u8 = 8;
+    /// Whole UTF-8 characters (what a length-bounded string may take without stepping).
+    const UTF8: u8 = 16;
 }
 
 impl JsonVocab {
@@ -575,6 +577,9 @@ impl JsonVocab {
                     0 => flags |= Facts::EMPTY,
                     1 => flags |= Facts::ONE_BYTE,
                     _ => {}
+                }
+                if std::str::from_utf8(bytes).is_ok() {
+                    flags |= Facts::UTF8;
                 }
                 let head =
                     [bytes.first().copied().unwrap_or(0), bytes.get(1).copied().unwrap_or(0)];
@@ -643,9 +648,15 @@ impl JsonVocab {
         let mut second: [Option<[bool; 256]>; 256] = [None; 256];
         let mut any = false;
         for (t, (l, f)) in logits.iter_mut().zip(&self.tokens).enumerate() {
-            let safe = f.flags & Facts::SAFE != 0 && f.chars < u8::MAX;
-            let ok = if let (true, Some(room)) = (safe, in_string) {
-                // It cannot close the string: it fits or not by its characters alone.
+            // A string-safe token cannot close the string: it fits or not by its characters
+            // alone (in a bounded string, when they are whole UTF-8 ones; else it is stepped).
+            let fits = match in_string {
+                Some(room) if f.flags & Facts::SAFE != 0 && f.chars < u8::MAX => {
+                    (room == u32::MAX || f.flags & Facts::UTF8 != 0).then_some(room)
+                }
+                _ => None,
+            };
+            let ok = if let Some(room) = fits {
                 u32::from(f.chars) <= room
             } else if f.flags & Facts::EOG != 0 {
                 can_end

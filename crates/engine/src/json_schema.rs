@@ -556,6 +556,46 @@ pub struct SchemaPrefix {
     pick: u8,
     /// Characters read in the free string value being read (for `minLength`/`maxLength`).
     chars: u32,
+    /// Where that string's UTF-8 stands (a bounded string must decode to what was counted).
+    utf8: Utf8,
+}
+
+/// UTF-8 read a byte at a time in a length-bounded string: a byte may start a character or
+/// continue one within the ranges RFC 3629 allows (no overlong forms, surrogates or values past
+/// U+10FFFF), so the characters counted are exactly those the answer decodes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Utf8 {
+    /// Continuation bytes still expected, and the range of the next one.
+    left: u8,
+    lo: u8,
+    hi: u8,
+}
+
+impl Utf8 {
+    /// `Some(true)`: `b` starts a character; `Some(false)`: it continues one; `None`: no
+    /// UTF-8 text continues with it.
+    fn feed(&mut self, b: u8) -> Option<bool> {
+        if self.left > 0 {
+            if !(self.lo..=self.hi).contains(&b) {
+                return None;
+            }
+            *self = Utf8 { left: self.left - 1, lo: 0x80, hi: 0xBF };
+            return Some(false);
+        }
+        let (left, lo, hi) = match b {
+            0x00..=0x7F => (0, 0x80, 0xBF),
+            0xC2..=0xDF => (1, 0x80, 0xBF),
+            0xE0 => (2, 0xA0, 0xBF),
+            0xED => (2, 0x80, 0x9F),
+            0xE1..=0xEF => (2, 0x80, 0xBF),
+            0xF0 => (3, 0x90, 0xBF),
+            0xF4 => (3, 0x80, 0x8F),
+            0xF1..=0xF3 => (3, 0x80, 0xBF),
+            _ => return None,
+        };
+        *self = Utf8 { left, lo, hi };
+        Some(true)
+    }
 }
 
 impl Default for SchemaPrefix {
@@ -569,6 +609,7 @@ impl Default for SchemaPrefix {
             started: false,
             pick: 0,
             chars: 0,
+            utf8: Utf8::default(),
         }
     }
 }
@@ -595,15 +636,19 @@ impl SchemaPrefix {
         }
     }
 
-    /// Inside a free string (a string value or a map key), past any escape: how many more
-    /// characters it may take (`u32::MAX` when unbounded); `None` elsewhere.
+    /// Inside a free string (a string value or a map key), past any escape and between whole
+    /// characters: how many more characters it may take (`u32::MAX` when unbounded, and then any
+    /// bytes); `None` elsewhere.
     pub fn string_room(&self, s: &Schema) -> Option<u32> {
         if !self.free.in_plain_string() {
             return None;
         }
         match self.mode {
             Mode::Free { node } => match s.nodes[node as usize] {
-                Node::StrLen { max, .. } => Some(max.saturating_sub(self.chars)),
+                // Between whole characters only: inside one, tokens are stepped.
+                Node::StrLen { max, .. } => {
+                    (self.utf8.left == 0).then(|| max.saturating_sub(self.chars))
+                }
                 _ => Some(u32::MAX),
             },
             Mode::MapKey => Some(u32::MAX),
@@ -716,6 +761,7 @@ impl SchemaPrefix {
                 }
                 self.free = JsonPrefix::value();
                 self.chars = 0;
+                self.utf8 = Utf8::default();
                 self.mode = Mode::Free { node: id };
                 self.step(s, b)
             }
@@ -793,18 +839,20 @@ impl SchemaPrefix {
                 }
                 if let Node::StrLen { min, max } = s.nodes[node as usize] {
                     // In the string (not an escape's tail): the closing quote needs `min`
-                    // characters; a byte that starts one (no UTF-8 continuation byte; a
+                    // characters and a whole last one; a byte that starts a character (a
                     // backslash starts an escape, which is one) needs room under `max`.
                     if self.free.in_plain_string() {
-                        if b == b'"' {
+                        if b == b'"' && self.utf8.left == 0 {
                             if self.chars < min {
                                 return false;
                             }
-                        } else if b & 0xC0 != 0x80 {
-                            if self.chars >= max {
-                                return false;
+                        } else {
+                            match self.utf8.feed(b) {
+                                None => return false,
+                                Some(true) if self.chars >= max => return false,
+                                Some(true) => self.chars += 1,
+                                Some(false) => {}
                             }
-                            self.chars += 1;
                         }
                     }
                 }
@@ -1212,6 +1260,21 @@ mod tests {
         }
         // The closing quote waits for the minimum; the fifth character is refused at once.
         assert!(!ok(&s, r#"{"a": "a""#) && ok(&s, r#"{"a": "abcd"#) && !ok(&s, r#"{"a": "abcde"#));
+        // Bytes count as the characters they decode to: a character split over two reads is
+        // one, and what is not UTF-8 (a stray continuation byte, an overlong form, a surrogate,
+        // a character cut by the closing quote) is refused rather than counted wrong.
+        let bytes = |b: &[u8]| SchemaSet::new().push_all(&s, b);
+        let mut p = SchemaSet::new();
+        assert!(p.push_all(&s, b"{\"a\": \"x\xe2\x82") && p.push_all(&s, b"\xacyz\"}"));
+        assert!(p.is_complete());
+        for bad in [
+            &b"{\"a\": \"x\x80"[..],
+            b"{\"a\": \"x\xc0\xaf",
+            b"{\"a\": \"x\xed\xa0\x80",
+            b"{\"a\": \"xy\xe2\x82\"",
+        ] {
+            assert!(!bytes(bad), "{bad:?}");
+        }
         for (v, why) in [
             (json!({"type": "string", "minLength": 3, "maxLength": 2}), "minLength"),
             (json!({"type": "string", "maxLength": -1}), "maxLength"),
@@ -1228,14 +1291,20 @@ mod tests {
     fn the_mask_fits_tokens_to_a_strings_room() {
         use crate::json::{JsonFormat, JsonMask, JsonVocab};
         use std::sync::Arc;
-        let pieces: [&[u8]; 5] = [b"\"", b"ab", "é€".as_bytes(), b"xyz", b"\""];
-        let vocab = JsonVocab::new(5, |t| pieces[t as usize], |_| false);
+        let pieces: [&[u8]; 7] =
+            [b"\"", b"ab", "é€".as_bytes(), b"xyz", b"\"", b"q\xe2\x82", b"\xac"];
+        let vocab = JsonVocab::new(7, |t| pieces[t as usize], |_| false);
         let s = Arc::new(schema(json!({"type": "string", "maxLength": 3})));
         let mut m = JsonMask::new(&JsonFormat::Schema(s));
         m.accept(b"\"a");
-        let mut l = [0.0; 5];
+        let mut l = [0.0; 7];
         assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
-        assert_eq!(l.map(|v| v == 0.0), [true, true, true, false, true]);
+        // Half a character (stepped, not read by its flags) fits; its other half alone does not.
+        assert_eq!(l.map(|v| v == 0.0), [true, true, true, false, true, true, false]);
+        m.accept(pieces[5]);
+        let mut l = [0.0; 7];
+        assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
+        assert_eq!(l.map(|v| v == 0.0), [false, false, false, false, false, false, true]);
     }
 
     /// Nine object types, all starting with `{`: the set keeps the first eight readings; every
