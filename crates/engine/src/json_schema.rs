@@ -1006,10 +1006,11 @@ impl SchemaSet {
         self.live().iter().any(|p| p.can_end(s))
     }
 
-    /// When every reading is inside a free string, past any escape: the fewest characters one
-    /// of them may still take ([`SchemaPrefix::string_room`]); `None` otherwise.
+    /// When every reading is inside a free string, past any escape: the most characters one
+    /// of them may still take ([`SchemaPrefix::string_room`]), since a token that fits it
+    /// continues that reading; `None` otherwise.
     pub fn string_room(&self, s: &Schema) -> Option<u32> {
-        self.live().iter().map(|p| p.string_room(s)).try_fold(u32::MAX, |m, r| Some(m.min(r?)))
+        self.live().iter().map(|p| p.string_room(s)).try_fold(0, |m, r| Some(m.max(r?)))
     }
 
     /// Feeds `bytes`; false (and the state is then unspecified) if no reading continues.
@@ -1305,6 +1306,15 @@ mod tests {
         let mut l = [0.0; 7];
         assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
         assert_eq!(l.map(|v| v == 0.0), [false, false, false, false, false, false, true]);
+        // Two readings in strings with different room: a token fits if it fits either (the
+        // unbounded one takes any bytes, as free strings do).
+        let either =
+            schema(json!({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "string"}]}));
+        let mut m = JsonMask::new(&JsonFormat::Schema(Arc::new(either)));
+        m.accept(b"\"");
+        let mut l = [0.0; 7];
+        assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
+        assert_eq!(l.map(|v| v == 0.0), [true; 7]);
     }
 
     /// Nine object types, all starting with `{`: the set keeps the first eight readings; every
