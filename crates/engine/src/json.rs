@@ -621,7 +621,7 @@ impl JsonVocab {
 
     /// The same vocabulary with no token marked string-safe: every token stepped (tests).
     #[cfg(test)]
-    fn without_string_flags(&self) -> JsonVocab {
+    pub(crate) fn without_string_flags(&self) -> JsonVocab {
         let tokens =
             self.tokens.iter().map(|f| Facts { flags: f.flags & !Facts::SAFE, ..*f }).collect();
         JsonVocab { tokens, row: Vec::new() }

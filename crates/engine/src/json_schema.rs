@@ -1317,6 +1317,70 @@ mod tests {
         assert_eq!(l.map(|v| v == 0.0), [true; 7]);
     }
 
+    /// Whatever the schema and the answer so far (unions alive, bounded strings, a character
+    /// cut between tokens), the mask offers exactly the tokens whose bytes some reading takes,
+    /// with its string-safe fast path and without it.
+    #[test]
+    fn the_mask_decides_as_stepping_would() {
+        use crate::json::{JsonFormat, JsonMask, JsonVocab};
+        use std::sync::Arc;
+        let pieces: [&[u8]; 14] = [
+            b"ab",
+            b"abcdef",
+            b"\"",
+            b"x\"}",
+            b"\\n",
+            "é€".as_bytes(),
+            b"q\xe2\x82",
+            b"\xac",
+            b" ",
+            b"\"}",
+            b"12",
+            b"\", \"",
+            b"\"kind\": \"",
+            b"cat\"",
+        ];
+        let vocab = JsonVocab::new(14, |t| pieces[t as usize], |_| false);
+        let slow_vocab = vocab.without_string_flags();
+        let schemas = [
+            json!({"type": "object", "properties": {"a": {"type": "string", "minLength": 1, "maxLength": 4}, "b": {"type": "string"}}}),
+            json!({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 5}, {"enum": ["abx"]}]}),
+            json!({"type": "array", "items": {"anyOf": [
+                {"type": "object", "properties": {"kind": {"const": "cat"}, "n": {"type": "string", "maxLength": 2}}},
+                {"type": "object", "properties": {"kind": {"type": "string", "maxLength": 6}}}]}}),
+        ];
+        let prefixes: [&[u8]; 10] = [
+            b"",
+            b"{\"a\": \"",
+            b"{\"a\": \"ab",
+            b"{\"a\": \"abq\xe2\x82",
+            b"{\"b\": \"x",
+            b"\"",
+            b"\"ab",
+            b"[{\"kind\": \"",
+            b"[{\"kind\": \"cat\", \"n\": \"",
+            b"[{",
+        ];
+        for v in &schemas {
+            let s = Arc::new(schema(v.clone()));
+            for prefix in prefixes {
+                let mut start = SchemaSet::new();
+                if !start.push_all(&s, prefix) {
+                    continue;
+                }
+                let mut m = JsonMask::new(&JsonFormat::Schema(s.clone()));
+                m.accept(prefix);
+                let (mut fast, mut slow) = ([0.0; 14], [0.0; 14]);
+                m.apply(&mut fast, &vocab, |t| pieces[t as usize]);
+                m.apply(&mut slow, &slow_vocab, |t| pieces[t as usize]);
+                let stepped = pieces.map(|p| start.clone().push_all(&s, p));
+                let what = format!("{v} after {:?}", String::from_utf8_lossy(prefix));
+                assert_eq!(fast.map(|l| l == 0.0), stepped, "{what}");
+                assert_eq!(fast, slow, "{what}");
+            }
+        }
+    }
+
     /// Nine object types, all starting with `{`: the set keeps the first eight readings; every
     /// answer it takes still matches the schema.
     #[test]
