@@ -19,12 +19,18 @@ answering. Every response is checked for its shape (SSE events end with `data: [
 At the end it reports requests by outcome, the cgroup's OOM-kill count, and the server's RSS
 after warm-up and after the soak (the issue asks for them within 2%).
 
+With `--hostile N` (issue 28), N more clients loop over the hostile corpus
+(`hostile_corpus.py`: every trigger of the server audit) and hold a few slowloris connections
+open, beside the well-behaved clients. A hostile request must get one of its allowed statuses
+(never a 5xx); the well-behaved clients must see no failure, and the report gives their
+streamed inter-token latency (p50/p95), to compare with the same soak without `--hostile`.
+
 Needs root and the cgroup-v1 memory controller. Sends traffic to 127.0.0.1 only, bounded in
 time; stops the server and removes the cgroup on exit.
 
 Usage: soak_serve.py [--snug target/release/snug] [--model qwen2.5-coder-1.5b] [--clients 8]
                      [--minutes 10] [--limit 6G] [--lower-to 3G] [--parallel 8] [--ctx 1024]
-                     [--warm-up 15]
+                     [--warm-up 15] [--hostile 2]
 Standard library only.
 """
 
@@ -39,6 +45,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import hostile_corpus
 
 CG_ROOT = "/sys/fs/cgroup/memory"
 WORDS = ("the quick brown fox jumps over a lazy dog while code compiles and tests run "
@@ -80,6 +88,7 @@ class Stats:
         self.lock = threading.Lock()
         self.counts = {}
         self.failures = []
+        self.gaps = []  # seconds between streamed events of well-behaved clients
 
     def add(self, kind, outcome, detail=None):
         with self.lock:
@@ -117,6 +126,7 @@ def sse_completion(port, rng, stats, n_ctx, abandon=False, longest=False):
         if r.status != 200:
             return stats.add(kind, "FAIL", f"status {r.status}: {r.read()[:200]!r}")
         events, usage, done = 0, None, False
+        last, gaps = None, []
         for raw in r:
             line = raw.strip()
             if not line:
@@ -130,6 +140,10 @@ def sse_completion(port, rng, stats, n_ctx, abandon=False, longest=False):
             if "error" in ev:
                 return stats.add(kind, "FAIL", f"error event {ev}")
             events += 1
+            now = time.monotonic()
+            if last is not None and ev.get("choices"):
+                gaps.append(now - last)
+            last = now
             usage = ev.get("usage") or usage
             if abandon and events >= 3:
                 conn.sock.shutdown(socket.SHUT_RDWR)
@@ -138,6 +152,8 @@ def sse_completion(port, rng, stats, n_ctx, abandon=False, longest=False):
             return stats.add(kind, "FAIL", f"stream ended without [DONE] or usage ({events} events)")
         if not 0 < usage["completion_tokens"] <= max_tokens:
             return stats.add(kind, "FAIL", f"completion_tokens {usage['completion_tokens']}")
+        with stats.lock:
+            stats.gaps.extend(gaps)
         stats.add(kind, "ok")
     finally:
         conn.close()
@@ -240,6 +256,32 @@ def client(port, seed, until, stats, n_ctx):
             stats.add("transport", "FAIL", repr(e))
 
 
+def hostile_client(port, seed, until, stats):
+    """Loops over the hostile corpus (shuffled), with a few slowloris connections in between."""
+    rng = random.Random(seed)
+    entries = hostile_corpus.corpus()
+    while time.monotonic() < until:
+        rng.shuffle(entries)
+        for e in entries:
+            if time.monotonic() >= until:
+                return
+            try:
+                status, body = hostile_corpus.send(port, e)
+            except (OSError, http.client.HTTPException) as ex:
+                stats.add("hostile", "FAIL", f"{e[0]}: {ex!r}")
+                continue
+            if status in e[5] or (status == 429 and 429 not in e[5]):
+                stats.add("hostile", "ok")
+            else:
+                stats.add("hostile", "FAIL", f"{e[0]}: status {status}: {body[:120]!r}")
+        hostile_corpus.slowloris(port, 8, 5)
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--snug", default="target/release/snug")
@@ -253,6 +295,8 @@ def main():
     ap.add_argument("--warm-up", type=float, default=15,
                     help="minutes at most to fill the KV pool before the soak")
     ap.add_argument("--port", type=int, default=8097)
+    ap.add_argument("--hostile", type=int, default=0,
+                    help="clients sending the hostile corpus beside the well-behaved ones")
     a = ap.parse_args()
 
     # A SIGTERM unwinds through the `finally` below (server stopped, cgroup removed).
@@ -305,6 +349,9 @@ def main():
         until = t0 + 60 * a.minutes
         ts = [threading.Thread(target=client, args=(a.port, i, until, stats, n_ctx))
               for i in range(a.clients)]
+        hostile = Stats()
+        ts += [threading.Thread(target=hostile_client, args=(a.port, 500 + i, until, hostile))
+               for i in range(a.hostile)]
         [t.start() for t in ts]
         peak = 0
         lowered = False
@@ -332,9 +379,16 @@ def main():
         drift = (rss_end - rss_warm) / rss_warm * 100 if rss_warm else float("nan")
         print(f"RSS after warm-up {rss_warm / 2**20:.1f} MiB, after the soak "
               f"{rss_end / 2**20:.1f} MiB ({drift:+.2f}%), peak {peak / 2**20:.1f} MiB")
-        for f in stats.failures[:20]:
+        print(f"well-behaved inter-token latency over {len(stats.gaps)} gaps: "
+              f"p50 {percentile(stats.gaps, 0.5) * 1e3:.1f} ms, "
+              f"p95 {percentile(stats.gaps, 0.95) * 1e3:.1f} ms")
+        if a.hostile:
+            print(f"hostile: {a.hostile} clients, {sum(hostile.counts.values())} requests, "
+                  f"{len(hostile.failures)} answered outside their allowed statuses")
+        for f in stats.failures[:20] + hostile.failures[:20]:
             print("FAIL", f)
-        ok = alive and kills == 0 and not stats.failures and abs(drift) <= 2.0
+        ok = (alive and kills == 0 and not stats.failures and not hostile.failures
+              and abs(drift) <= 2.0)
         print("PASS" if ok else "FAIL")
         sys.exit(0 if ok else 1)
     finally:
