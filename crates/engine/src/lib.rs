@@ -13,4 +13,4 @@ pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
 pub use json::{JsonFormat, JsonMask, JsonVocab};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
-pub use sampling::{Sampler, SamplerParams};
+pub use sampling::{Sampler, SamplerParams, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT};
