@@ -9,7 +9,9 @@ pub mod json_schema;
 pub mod perplexity;
 pub mod sampling;
 
-pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
+pub use generate::{
+    GenStats, GenerateParams, Session, StopMatcher, StopReason, MAX_STOPS, MAX_STOP_BYTES,
+};
 pub use json::{JsonFormat, JsonMask, JsonVocab};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
