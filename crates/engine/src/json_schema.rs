@@ -26,7 +26,13 @@
 //! Value ranges and patterns are refused rather than ignored: the answer would not always
 //! satisfy them.
 //!
-//! Cost: the schema is compiled per request (its size is bounded by the request body). Per
+//! Cost: the schema is compiled per request, in work linear in the schema: each value of the
+//! document is read once per `$ref` path that names it, and the graph of unions and `$ref`s is
+//! then walked once (each node and edge once, however many paths share it), resolving aliases
+//! and flattening each union into its distinct branches ([`MAX_UNION_BRANCHES`] at most). All of
+//! it counts against [`MAX_COMPILE_STEPS`]; past that, or past [`MAX_NODES`] nodes, the schema is
+//! refused with a message. At a value start the mask looks at a union's flattened branches only,
+//! so a shared graph of `$ref`s costs a byte what a flat union of its branches does. Per
 //! sampled token the mask is [`crate::json`]'s pass over the vocabulary with a state of ~320
 //! bytes, which the pass's byte filters copy only for the few tokens that pass them. A schema
 //! with a union the first byte cannot decide is read through a [`SchemaSet`] instead, which the
@@ -51,6 +57,16 @@ pub const MAX_NODES: usize = 4096;
 /// Readings of one answer a [`SchemaSet`] follows at once (branches of unions the answer has
 /// not yet told apart).
 pub const MAX_READINGS: usize = 8;
+
+/// Distinct branches one union may have once the unions and `$ref`s inside it are flattened: a
+/// larger union is refused ("union too large"). The mask tries each branch a byte could start
+/// at a value start, so this bounds that work per byte.
+pub const MAX_UNION_BRANCHES: usize = 64;
+
+/// Work units compiling one schema may take (a schema value read, a union branch or a
+/// flattened branch gathered): past it the schema is refused as too complex. A schema written
+/// by hand or by pydantic takes a few hundred to a few thousand.
+pub const MAX_COMPILE_STEPS: usize = 1 << 20;
 
 type NodeId = u16;
 
@@ -138,6 +154,12 @@ const NUMBER_START: &[u8] = b"-0123456789";
 #[derive(Debug)]
 pub struct Schema {
     nodes: Vec<Node>,
+    /// The node each node stands for past any aliases (itself when it is no alias).
+    target: Vec<NodeId>,
+    /// For each union, its branches flattened once at compile time: the nodes that are neither
+    /// unions nor aliases that it reaches through nested unions and aliases, each once, in the
+    /// schema's order (at most [`MAX_UNION_BRANCHES`]); empty for other nodes.
+    leaves: Vec<Vec<NodeId>>,
     /// The bytes each node's values may start with.
     first: Vec<ByteSet>,
     /// Some union has branches a value's first byte does not tell apart (two object types, a
@@ -145,11 +167,52 @@ pub struct Schema {
     forks: bool,
 }
 
-/// Compiling: the whole schema document (for `$ref`s) and the nodes made so far.
+/// Compiling: the whole schema document (for `$ref`s), the nodes made so far and the work
+/// spent.
 struct Compiler<'a> {
     root: &'a Value,
     nodes: Vec<Node>,
     refs: HashMap<String, NodeId>,
+    budget: Budget,
+}
+
+/// The work left of [`MAX_COMPILE_STEPS`].
+struct Budget(usize);
+
+impl Budget {
+    fn spend(&mut self, n: usize) -> Result<(), String> {
+        match self.0.checked_sub(n) {
+            Some(left) => {
+                self.0 = left;
+                Ok(())
+            }
+            None => err(format!(
+                "the schema is too complex to compile (more than {MAX_COMPILE_STEPS} steps)"
+            )),
+        }
+    }
+}
+
+/// Where a schema value sits in the document, for messages: written out only when a message
+/// needs it, so a long key costs nothing per value under it.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    /// The root (`#`) or a `$ref`'s target (the reference as written).
+    Root(&'a str),
+    /// A member of the value at the parent.
+    Key(&'a At<'a>, &'a str),
+    /// An element of an array member of the value at the parent.
+    Item(&'a At<'a>, &'a str, usize),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root(r) => f.write_str(r),
+            At::Key(parent, k) => write!(f, "{parent}/{k}"),
+            At::Item(parent, k, i) => write!(f, "{parent}/{k}/{i}"),
+        }
+    }
 }
 
 fn err<T>(msg: impl Into<String>) -> Result<T, String> {
@@ -160,59 +223,81 @@ impl Schema {
     /// Compiles `schema`; the error says what is not supported and where.
     pub fn compile(schema: &Value) -> Result<Schema, String> {
         // Node 0 stands for the root (compiled after the nodes it holds).
-        let mut c = Compiler { root: schema, nodes: vec![Node::Any], refs: HashMap::new() };
-        let root = c.node(schema, "#", 0)?;
+        let mut c = Compiler {
+            root: schema,
+            nodes: vec![Node::Any],
+            refs: HashMap::new(),
+            budget: Budget(MAX_COMPILE_STEPS),
+        };
+        let root = c.node(schema, &At::Root("#"), 0)?;
         c.nodes[0] = Node::Alias(root);
-        let mut first = Vec::with_capacity(c.nodes.len());
-        for id in 0..c.nodes.len() {
-            first.push(first_bytes(&c.nodes, id as NodeId, &mut Vec::new())?);
+        let Flat { target, leaves } = flatten(&c.nodes, &mut c.budget)?;
+        let any = ByteSet::of(
+            &(0..=255u8)
+                .filter(|&b| !is_ws(b) && JsonPrefix::value().feed(b) == Feed::Took)
+                .collect::<Vec<_>>(),
+        );
+        // Nodes that read bytes first, then unions (from their flattened branches), then aliases.
+        let mut first: Vec<ByteSet> = c.nodes.iter().map(|n| own_first_bytes(n, any)).collect();
+        for (id, l) in leaves.iter().enumerate() {
+            if matches!(c.nodes[id], Node::OneOf(_)) {
+                first[id] = l.iter().fold(ByteSet::default(), |s, &a| s.union(first[a as usize]));
+            }
         }
-        let forks = c.nodes.iter().any(|node| match node {
-            Node::OneOf(alts) => alts.iter().enumerate().any(|(i, a)| {
-                alts[..i].iter().any(|b| first[*a as usize].meets(&first[*b as usize]))
-            }),
-            _ => false,
+        for id in 0..c.nodes.len() {
+            first[id] = first[target[id] as usize];
+        }
+        // A union forks when a branch's first bytes meet those of the branches before it.
+        let forks = leaves.iter().any(|l| {
+            let mut seen = ByteSet::default();
+            l.iter().any(|&a| {
+                let meets = seen.meets(&first[a as usize]);
+                seen = seen.union(first[a as usize]);
+                meets
+            })
         });
-        Ok(Schema { nodes: c.nodes, first, forks })
+        Ok(Schema { nodes: c.nodes, target, leaves, first, forks })
     }
 
-    /// Calls `f` with each branch of `node` (past aliases and nested unions), in the schema's
-    /// order, whose values may start with `b`; `node` itself if it is no union.
+    /// Calls `f` with each branch of `node` (its flattened branches, in the schema's order),
+    /// whose values may start with `b`; `node` itself if it is no union.
     fn branches(&self, node: NodeId, b: u8, f: &mut impl FnMut(NodeId)) {
         let (id, n) = self.node(node);
         match n {
-            // Aliases and unions reach a byte-reading node without looping (compile checks).
-            Node::OneOf(alts) => alts.iter().for_each(|&a| self.branches(a, b, f)),
+            Node::OneOf(_) => {
+                for &a in &self.leaves[id as usize] {
+                    #[cfg(test)]
+                    BRANCH_VISITS.with(|v| v.set(v.get() + 1));
+                    if self.first[a as usize].has(b) {
+                        f(a)
+                    }
+                }
+            }
             _ if self.first[id as usize].has(b) => f(id),
             _ => {}
         }
     }
 
-    /// The node `id` stands for, past any aliases (which never form a cycle: compile checks).
-    fn node(&self, mut id: NodeId) -> (NodeId, &Node) {
-        loop {
-            match &self.nodes[id as usize] {
-                Node::Alias(to) => id = *to,
-                n => return (id, n),
-            }
-        }
+    /// The node `id` stands for, past any aliases (resolved at compile time).
+    fn node(&self, id: NodeId) -> (NodeId, &Node) {
+        let t = self.target[id as usize];
+        (t, &self.nodes[t as usize])
     }
 }
 
-/// The bytes node `id`'s values start with; an error if a union or alias reaches itself
-/// before any byte is read (the checker would loop).
-fn first_bytes(nodes: &[Node], id: NodeId, path: &mut Vec<NodeId>) -> Result<ByteSet, String> {
-    if path.contains(&id) {
-        return err("a $ref refers back to itself before any object or array opens");
-    }
-    Ok(match &nodes[id as usize] {
+#[cfg(test)]
+thread_local! {
+    /// Union branches [`Schema::branches`] looked at on this thread (tests count the mask's work).
+    static BRANCH_VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The bytes the values of a node that reads bytes itself start with (`any`: those of any
+/// value); empty for unions and aliases, which [`Schema::compile`] fills in after.
+fn own_first_bytes(n: &Node, any: ByteSet) -> ByteSet {
+    match n {
         // Any value: what the plain checker takes as a value's first byte (whitespace before a
         // value is read between values, never by a node).
-        Node::Any => ByteSet::of(
-            &(0..=255u8)
-                .filter(|&b| !is_ws(b) && JsonPrefix::value().feed(b) == Feed::Took)
-                .collect::<Vec<_>>(),
-        ),
+        Node::Any => any,
         Node::Str | Node::StrLen { .. } => ByteSet::of(b"\""),
         Node::Num | Node::Int => ByteSet::of(NUMBER_START),
         Node::Bool => ByteSet::of(b"tf"),
@@ -222,22 +307,97 @@ fn first_bytes(nodes: &[Node], id: NodeId, path: &mut Vec<NodeId>) -> Result<Byt
         }
         Node::Object { .. } | Node::Map(_) => ByteSet::of(b"{"),
         Node::Array { .. } => ByteSet::of(b"["),
-        Node::OneOf(alts) => {
-            path.push(id);
-            let mut s = ByteSet::default();
-            for &a in alts {
-                s = s.union(first_bytes(nodes, a, path)?);
+        Node::OneOf(_) | Node::Alias(_) => ByteSet::default(),
+    }
+}
+
+/// What [`flatten`] finds: each node's alias target and each union's flattened branches.
+struct Flat {
+    target: Vec<NodeId>,
+    leaves: Vec<Vec<NodeId>>,
+}
+
+/// Resolves every alias to the node it stands for and flattens every union into the nodes
+/// that read bytes it reaches (deduplicated, in the schema's order), visiting each node and
+/// each union or alias edge once, however many paths of a shared graph lead to it: a
+/// depth-first walk with colours, iterative so a long chain of `$ref`s cannot overflow the
+/// stack. A union or alias that reaches itself before any byte is read is an error (the checker
+/// would loop), and so is a union of more than [`MAX_UNION_BRANCHES`] branches.
+fn flatten(nodes: &[Node], budget: &mut Budget) -> Result<Flat, String> {
+    const WHITE: u8 = 0;
+    const GREY: u8 = 1;
+    const BLACK: u8 = 2;
+    let n = nodes.len();
+    let mut colour = vec![WHITE; n];
+    let mut target: Vec<NodeId> = (0..n as NodeId).collect();
+    let mut leaves: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    // The union a branch was last gathered for (deduplication without a set per union).
+    let mut gathered = vec![NodeId::MAX; n];
+    let edges = |id: usize| -> &[NodeId] {
+        match &nodes[id] {
+            Node::OneOf(alts) => alts,
+            Node::Alias(to) => std::slice::from_ref(to),
+            _ => &[],
+        }
+    };
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for start in 0..n {
+        if colour[start] != WHITE {
+            continue;
+        }
+        colour[start] = GREY;
+        stack.push((start, 0));
+        while let Some(&mut (id, ref mut next)) = stack.last_mut() {
+            let out = edges(id);
+            if let Some(&to) = out.get(*next) {
+                *next += 1;
+                budget.spend(1)?;
+                match colour[to as usize] {
+                    GREY => {
+                        return err("a $ref refers back to itself before any object or array opens")
+                    }
+                    WHITE => {
+                        colour[to as usize] = GREY;
+                        stack.push((to as usize, 0));
+                    }
+                    _ => {}
+                }
+                continue;
             }
-            path.pop();
-            s
+            stack.pop();
+            colour[id] = BLACK;
+            match &nodes[id] {
+                Node::Alias(to) => target[id] = target[*to as usize],
+                Node::OneOf(alts) => {
+                    let mut mine = Vec::new();
+                    for &a in alts {
+                        let t = target[a as usize];
+                        let from: &[NodeId] = match nodes[t as usize] {
+                            Node::OneOf(_) => &leaves[t as usize],
+                            _ => std::slice::from_ref(&target[a as usize]),
+                        };
+                        budget.spend(from.len())?;
+                        for &leaf in from {
+                            if gathered[leaf as usize] != id as NodeId {
+                                gathered[leaf as usize] = id as NodeId;
+                                if mine.len() == MAX_UNION_BRANCHES {
+                                    return err(format!(
+                                        "a union is too large: more than {MAX_UNION_BRANCHES} \
+                                         distinct branches once nested anyOf/oneOf and $refs are \
+                                         expanded"
+                                    ));
+                                }
+                                mine.push(leaf);
+                            }
+                        }
+                    }
+                    leaves[id] = mine;
+                }
+                _ => {}
+            }
         }
-        Node::Alias(to) => {
-            path.push(id);
-            let s = first_bytes(nodes, *to, path)?;
-            path.pop();
-            s
-        }
-    })
+    }
+    Ok(Flat { target, leaves })
 }
 
 impl Compiler<'_> {
@@ -250,7 +410,8 @@ impl Compiler<'_> {
     }
 
     /// Compiles the schema `v` found at `at` (a JSON pointer, for messages).
-    fn node(&mut self, v: &Value, at: &str, depth: usize) -> Result<NodeId, String> {
+    fn node(&mut self, v: &Value, at: &At, depth: usize) -> Result<NodeId, String> {
+        self.budget.spend(1)?;
         if depth > 64 {
             return err(format!("{at}: the schema nests more than 64 levels"));
         }
@@ -306,7 +467,7 @@ impl Compiler<'_> {
                 let ids = alts
                     .iter()
                     .enumerate()
-                    .map(|(i, a)| self.node(a, &format!("{at}/{key}/{i}"), depth + 1))
+                    .map(|(i, a)| self.node(a, &At::Item(at, key, i), depth + 1))
                     .collect::<Result<Vec<_>, _>>()?;
                 return self.push(Node::OneOf(ids));
             }
@@ -359,7 +520,7 @@ impl Compiler<'_> {
         }
     }
 
-    fn reference(&mut self, r: &Value, at: &str, depth: usize) -> Result<NodeId, String> {
+    fn reference(&mut self, r: &Value, at: &At, depth: usize) -> Result<NodeId, String> {
         let Some(r) = r.as_str() else { return err(format!("{at}/$ref: must be a string")) };
         if let Some(&id) = self.refs.get(r) {
             return Ok(id);
@@ -373,12 +534,12 @@ impl Compiler<'_> {
         // Reserve the node first: a recursive schema refers to it while it is being compiled.
         let id = self.push(Node::Any)?;
         self.refs.insert(r.to_string(), id);
-        let body = self.node(target, r, depth + 1)?;
+        let body = self.node(target, &At::Root(r), depth + 1)?;
         self.nodes[id as usize] = Node::Alias(body);
         Ok(id)
     }
 
-    fn literals(&mut self, vals: &[Value], at: &str) -> Result<NodeId, String> {
+    fn literals(&mut self, vals: &[Value], at: &At) -> Result<NodeId, String> {
         if vals.is_empty() || vals.len() > MAX_CHOICES {
             return err(format!("{at}: an enum needs 1 to {MAX_CHOICES} values"));
         }
@@ -397,7 +558,7 @@ impl Compiler<'_> {
         self.push(Node::Lit(texts))
     }
 
-    fn object(&mut self, o: &Map<String, Value>, at: &str, depth: usize) -> Result<NodeId, String> {
+    fn object(&mut self, o: &Map<String, Value>, at: &At, depth: usize) -> Result<NodeId, String> {
         let props = match o.get("properties") {
             None => None,
             Some(Value::Object(p)) => Some(p),
@@ -423,7 +584,7 @@ impl Compiler<'_> {
             // is absent too (`false` alone leaves only `{}`).
             return match (extra, o.get("additionalProperties")) {
                 (Some(v), _) => {
-                    let id = self.node(v, &format!("{at}/additionalProperties"), depth + 1)?;
+                    let id = self.node(v, &At::Key(at, "additionalProperties"), depth + 1)?;
                     self.push(Node::Map(id))
                 }
                 (None, Some(_)) => {
@@ -447,9 +608,10 @@ impl Compiler<'_> {
         let (mut keys, mut values) = (Vec::new(), Vec::new());
         for (k, v) in props {
             keys.push(Value::String(k.clone()).to_string().into_bytes());
-            values.push(self.node(v, &format!("{at}/properties/{k}"), depth + 1)?);
+            values.push(self.node(v, &At::Key(&At::Key(at, "properties"), k), depth + 1)?);
         }
         let mut req = 0u64;
+        self.budget.spend(required.len())?;
         for k in required {
             let i = props
                 .keys()
@@ -460,11 +622,11 @@ impl Compiler<'_> {
         self.push(Node::Object { keys, values, required: req })
     }
 
-    fn array(&mut self, o: &Map<String, Value>, at: &str, depth: usize) -> Result<NodeId, String> {
+    fn array(&mut self, o: &Map<String, Value>, at: &At, depth: usize) -> Result<NodeId, String> {
         let items = match o.get("items") {
             None => self.push(Node::Any)?,
             Some(v @ (Value::Object(_) | Value::Bool(_))) => {
-                self.node(v, &format!("{at}/items"), depth + 1)?
+                self.node(v, &At::Key(at, "items"), depth + 1)?
             }
             Some(_) => {
                 return err(format!("{at}/items: must be one schema (tuples are not supported)"))
@@ -478,7 +640,7 @@ impl Compiler<'_> {
     }
 
     /// A string, with `minLength`/`maxLength` when the schema gives them.
-    fn string(&mut self, o: &Map<String, Value>, at: &str) -> Result<NodeId, String> {
+    fn string(&mut self, o: &Map<String, Value>, at: &At) -> Result<NodeId, String> {
         match bounds(o, at, "minLength", "maxLength")? {
             (0, u32::MAX) => self.push(Node::Str),
             (min, max) => self.push(Node::StrLen { min, max }),
@@ -487,7 +649,7 @@ impl Compiler<'_> {
 }
 
 /// The bounds `lo`..=`hi` of `o` (0 and `u32::MAX` when absent), checked.
-fn bounds(o: &Map<String, Value>, at: &str, lo: &str, hi: &str) -> Result<(u32, u32), String> {
+fn bounds(o: &Map<String, Value>, at: &At, lo: &str, hi: &str) -> Result<(u32, u32), String> {
     let bound = |k: &str, default: u32| -> Result<u32, String> {
         match o.get(k) {
             None => Ok(default),
@@ -1424,6 +1586,111 @@ mod tests {
         }
         let many: Map<String, Value> = (0..65).map(|i| (format!("k{i}"), json!({}))).collect();
         assert!(Schema::compile(&json!({"properties": many})).is_err());
+    }
+
+    /// `$defs` chained as `d{i} = anyOf[k × $ref d{i+1}]`, `d{l}` a string: a schema of a few
+    /// KB with k^l paths from the root to the string (the audit's H1).
+    fn diamond(l: usize, k: usize) -> Value {
+        let mut defs = Map::new();
+        for i in 0..l {
+            let alts: Vec<Value> =
+                (0..k).map(|_| json!({"$ref": format!("#/$defs/d{}", i + 1)})).collect();
+            defs.insert(format!("d{i}"), json!({"anyOf": alts}));
+        }
+        defs.insert(format!("d{l}"), json!({"type": "string"}));
+        json!({"$ref": "#/$defs/d0", "$defs": defs})
+    }
+
+    /// A shared graph of `$ref`s compiles in time linear in the schema (each node and edge once)
+    /// and its unions are flattened at compile time, so the mask's work per byte is bounded by
+    /// the flattened branches, not the paths (before: compile and every value-start byte walked
+    /// all k^l paths: minutes to hours for these two).
+    #[test]
+    fn a_dag_of_refs_compiles_and_masks_in_linear_work() {
+        use crate::json::{JsonFormat, JsonMask, JsonVocab};
+        use std::sync::Arc;
+        for (l, k) in [(24, 2), (20, 3), (31, 2)] {
+            let v = diamond(l, k);
+            let t = std::time::Instant::now();
+            let s = Arc::new(Schema::compile(&v).unwrap());
+            // Generous: linear work here is well under a millisecond.
+            assert!(t.elapsed().as_secs() < 2, "compile took {:?}", t.elapsed());
+            // Every path ends at the one string: one branch, no fork.
+            let (id, _) = s.node(0);
+            assert_eq!(s.leaves[id as usize].len(), 1);
+            assert!(!s.forks);
+            // An array of that union: every item starts a value of it.
+            let arr =
+                json!({"type": "array", "items": {"$ref": "#/$defs/d0"}, "$defs": v["$defs"]});
+            let arr = Arc::new(Schema::compile(&arr).unwrap());
+            let pieces: [&[u8]; 8] = [b"[", b"\"", b"ab", b"\",", b" ", b"\"]", b"]", b""];
+            let vocab = JsonVocab::new(8, |t| pieces[t as usize], |t| t == 7);
+            for (schema, answer) in
+                [(&s, &[1usize, 2, 2, 1][..]), (&arr, &[0, 1, 2, 3, 4, 1, 3, 1, 2, 5][..])]
+            {
+                BRANCH_VISITS.with(|c| c.set(0));
+                let mut m = JsonMask::new(&JsonFormat::Schema(schema.clone()));
+                for &t in answer {
+                    let mut l = [0.0f32; 8];
+                    assert!(m.apply(&mut l, &vocab, |t| pieces[t as usize]));
+                    assert_eq!(l[t], 0.0, "token {t} refused");
+                    m.accept(pieces[t]);
+                }
+                assert!(m.is_complete());
+                // Each trial of a byte at a value start looks at the union's one branch: a few
+                // thousand visits for the whole answer (256 first bytes, the second bytes after
+                // the few that may come first, the tokens tried), not k^l per byte.
+                let visits = BRANCH_VISITS.with(|c| c.get());
+                assert!(visits < 50_000, "l={l} k={k}: {visits} branch visits");
+            }
+        }
+    }
+
+    /// A union's flattened branches are capped; the compile work is budgeted; a long key does not
+    /// make every value under it pay for its path (each used to format the whole path).
+    #[test]
+    fn unions_and_compile_work_are_bounded() {
+        let alts: Vec<Value> = (0..=MAX_UNION_BRANCHES)
+            .map(|i| json!({"type": "object", "properties": {format!("k{i}"): {}}}))
+            .collect();
+        let e = Schema::compile(&json!({"anyOf": alts})).unwrap_err();
+        assert!(e.contains("union is too large"), "{e}");
+        // The same 65 branches reached through two nested unions.
+        let (a, b) = alts.split_at(30);
+        let e = Schema::compile(&json!({"anyOf": [{"anyOf": a}, {"anyOf": b}]})).unwrap_err();
+        assert!(e.contains("union is too large"), "{e}");
+        // 64 branches, each named twice: fine.
+        let mut defs = Map::new();
+        for (i, a) in alts[..64].iter().enumerate() {
+            defs.insert(format!("a{i}"), a.clone());
+        }
+        let refs: Vec<Value> =
+            (0..128).map(|i| json!({"$ref": format!("#/$defs/a{}", i % 64)})).collect();
+        assert!(Schema::compile(&json!({"anyOf": refs, "$defs": defs})).is_ok());
+        // A million references to one definition: past the budget, refused at once.
+        let many: Vec<Value> =
+            (0..MAX_COMPILE_STEPS).map(|_| json!({"$ref": "#/$defs/x"})).collect();
+        let v = json!({"anyOf": many, "$defs": {"x": {"type": "string"}}});
+        let t = std::time::Instant::now();
+        let e = Schema::compile(&v).unwrap_err();
+        assert!(e.contains("too complex"), "{e}");
+        assert!(t.elapsed().as_secs() < 2, "{:?}", t.elapsed());
+        // A 2 MB key above 50 000 references to one definition: the path is written only for a
+        // message (before: 100 GB of path strings copied).
+        let alts: Vec<Value> = (0..50_000).map(|_| json!({"$ref": "#/$defs/x"})).collect();
+        let mut props = Map::new();
+        props.insert("k".repeat(2 << 20), json!({"anyOf": alts}));
+        let v = json!({"type": "object", "properties": props, "$defs": {"x": {"type": "string"}}});
+        let t = std::time::Instant::now();
+        assert!(Schema::compile(&v).is_ok());
+        assert!(t.elapsed().as_secs() < 2, "{:?}", t.elapsed());
+        // Messages still say where.
+        let e = Schema::compile(&json!({"properties": {"a": {"anyOf": [{"type": "date"}]}}}))
+            .unwrap_err();
+        assert!(e.starts_with("#/properties/a/anyOf/0/type:"), "{e}");
+        let e = Schema::compile(&json!({"$ref": "#/$defs/A", "$defs": {"A": {"items": [1]}}}))
+            .unwrap_err();
+        assert!(e.starts_with("#/$defs/A/items:"), "{e}");
     }
 
     #[test]

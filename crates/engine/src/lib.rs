@@ -9,8 +9,10 @@ pub mod json_schema;
 pub mod perplexity;
 pub mod sampling;
 
-pub use generate::{GenStats, GenerateParams, Session, StopMatcher, StopReason};
+pub use generate::{
+    GenStats, GenerateParams, Session, StopMatcher, StopReason, MAX_STOPS, MAX_STOP_BYTES,
+};
 pub use json::{JsonFormat, JsonMask, JsonVocab};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
-pub use sampling::{Sampler, SamplerParams};
+pub use sampling::{Sampler, SamplerParams, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT};

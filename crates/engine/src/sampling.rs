@@ -1,6 +1,19 @@
 //! Token sampling: penalties, then greedy or temperature with top-k / top-p / min-p, from a
 //! seeded RNG (same seed, same text). All buffers are sized once for the vocabulary, so
-//! sampling a token allocates nothing.
+//! sampling a token allocates nothing; the only buffer that grows is the penalties' window of
+//! recent tokens, one id per token the sampler is given, up to `repeat_last_n`. No setting
+//! sizes an allocation or a loop by itself: [`SamplerParams::validate`] bounds `repeat_last_n`
+//! by [`MAX_REPEAT_LAST_N`], `top_k` only ever selects among the vocabulary, and the rest are
+//! numbers the arithmetic reads.
+
+/// `repeat_last_n` at most (other than [`REPEAT_LAST_N_WHOLE_CONTEXT`]): 2^20 tokens, more
+/// than any context snug runs, so it never limits a window that fits a sequence.
+pub const MAX_REPEAT_LAST_N: usize = 1 << 20;
+
+/// `repeat_last_n` meaning "the whole context" (Ollama's and llama.cpp's `-1`): the penalties
+/// look at every token the sampler has been given (for a sequence, its context: prompt and
+/// answer so far), at most [`MAX_REPEAT_LAST_N`].
+pub const REPEAT_LAST_N_WHOLE_CONTEXT: usize = usize::MAX;
 
 /// Sampling settings; the defaults are llama.cpp's.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,7 +28,8 @@ pub struct SamplerParams {
     pub min_p: f32,
     /// 1.0 disables. Divides positive logits (multiplies negative ones) of recent tokens.
     pub repeat_penalty: f32,
-    /// How many recent tokens the penalties look at.
+    /// How many recent tokens the penalties look at: 0 none, at most [`MAX_REPEAT_LAST_N`], or
+    /// [`REPEAT_LAST_N_WHOLE_CONTEXT`].
     pub repeat_last_n: usize,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
@@ -62,7 +76,21 @@ impl SamplerParams {
         if !self.presence_penalty.is_finite() || !self.frequency_penalty.is_finite() {
             return Err("presence and frequency penalties must be finite numbers".into());
         }
+        if self.repeat_last_n > MAX_REPEAT_LAST_N
+            && self.repeat_last_n != REPEAT_LAST_N_WHOLE_CONTEXT
+        {
+            return Err(format!(
+                "repeat_last_n must be at most {MAX_REPEAT_LAST_N} (or the whole context), got {}",
+                self.repeat_last_n
+            ));
+        }
         Ok(())
+    }
+
+    /// The window of recent tokens the penalties look at, in tokens ([`MAX_REPEAT_LAST_N`] at
+    /// most, whatever the settings say).
+    pub fn repeat_window(&self) -> usize {
+        self.repeat_last_n.min(MAX_REPEAT_LAST_N)
     }
 }
 
@@ -107,7 +135,8 @@ pub struct Sampler {
     rng: Rng,
     /// (token, logit) candidates, [n_vocab]
     cand: Vec<(u32, f32)>,
-    /// Recent tokens, newest last (at most repeat_last_n).
+    /// Recent tokens, newest last (at most [`SamplerParams::repeat_window`]); grows with the
+    /// tokens given, never sized from the settings.
     recent: std::collections::VecDeque<u32>,
     /// Occurrences of each token among `recent`, [n_vocab]
     counts: Vec<u32>,
@@ -123,7 +152,7 @@ impl Sampler {
         Sampler {
             rng: Rng::new(params.seed),
             cand: Vec::with_capacity(n_vocab),
-            recent: std::collections::VecDeque::with_capacity(params.repeat_last_n + 1),
+            recent: std::collections::VecDeque::new(),
             counts: vec![0; n_vocab],
             params,
         }
@@ -138,10 +167,11 @@ impl Sampler {
 
     /// Records a token (prompt or generated) for the repetition penalties.
     pub fn accept(&mut self, token: u32) {
-        if self.params.repeat_last_n == 0 || token as usize >= self.counts.len() {
+        let window = self.params.repeat_window();
+        if window == 0 || token as usize >= self.counts.len() {
             return;
         }
-        if self.recent.len() == self.params.repeat_last_n {
+        if self.recent.len() >= window {
             if let Some(old) = self.recent.pop_front() {
                 self.counts[old as usize] -= 1;
             }
@@ -199,6 +229,11 @@ impl Sampler {
         for c in self.cand.iter_mut() {
             c.1 = ((c.1 - max) / p.temperature).exp();
             sum += c.1;
+        }
+        // Extreme (finite) settings can leave no distribution (an infinite logit after a tiny
+        // repeat_penalty, every logit at -inf after a huge frequency_penalty): the best candidate.
+        if !(sum > 0.0 && sum.is_finite()) {
+            return self.cand[0].0;
         }
         for c in self.cand.iter_mut() {
             c.1 /= sum;
@@ -296,6 +331,69 @@ mod tests {
         assert_eq!(s.sample(&[2.0, 1.5, 0.0]), 1);
         s.reset();
         assert_eq!(s.sample(&[2.0, 1.5, 0.0]), 0);
+    }
+
+    /// The audit's H2: `repeat_last_n` of 2^63 - 1 made `Sampler::new` ask for a capacity
+    /// overflow (a panic on the scheduler thread), 2^40 for 4 TiB (an abort). Now validate
+    /// refuses what is past the bound, the whole-context value is accepted, and the window
+    /// grows only with the tokens given.
+    #[test]
+    fn repeat_last_n_is_bounded_and_never_sizes_an_allocation() {
+        let with = |n| SamplerParams { repeat_last_n: n, ..SamplerParams::default() };
+        for n in [i64::MAX as usize, 1 << 40, MAX_REPEAT_LAST_N + 1] {
+            let e = with(n).validate().unwrap_err();
+            assert!(e.contains("repeat_last_n"), "{e}");
+        }
+        for n in [0, 64, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT] {
+            assert!(with(n).validate().is_ok(), "{n}");
+        }
+        // Even unvalidated, a huge window allocates nothing up front.
+        for n in [i64::MAX as usize, usize::MAX] {
+            let mut s = Sampler::new(SamplerParams { repeat_penalty: 2.0, ..with(n) }, 3);
+            assert_eq!(s.recent.capacity(), 0);
+            for t in [0, 0, 1] {
+                s.accept(t);
+            }
+            assert!(s.recent.capacity() < 64);
+            assert_eq!(s.counts[..2], [2, 1]);
+        }
+        // The whole context: every token given stays in the window.
+        let mut s = Sampler::new(
+            SamplerParams { repeat_penalty: 2.0, ..with(REPEAT_LAST_N_WHOLE_CONTEXT) },
+            2,
+        );
+        for _ in 0..1000 {
+            s.accept(1);
+        }
+        assert_eq!(s.counts[1], 1000);
+        // A window of 2 keeps the last two.
+        let mut s = Sampler::new(SamplerParams { repeat_penalty: 2.0, ..with(2) }, 3);
+        for t in [0, 1, 2] {
+            s.accept(t);
+        }
+        assert_eq!(s.counts, [0, 1, 1]);
+    }
+
+    /// Finite settings at their extremes leave no distribution to sample from; the sampler
+    /// then picks the best candidate rather than whatever the NaNs leave.
+    #[test]
+    fn extreme_penalties_pick_the_best_candidate() {
+        let mut s = Sampler::new(
+            SamplerParams {
+                repeat_penalty: 1e-45,
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                ..SamplerParams::default()
+            },
+            3,
+        );
+        s.accept(1);
+        // Token 1's logit becomes +inf: it is the only sensible pick.
+        for _ in 0..10 {
+            assert_eq!(s.sample(&[0.5, 1.0, 0.2]), 1);
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! [`Tokenizer::from_gguf`] reads the vocabulary once into flat tables (ids, scores, attributes,
 //! a detokenized piece per token) and picks the algorithm: byte-level BPE with per-model
 //! pre-tokenizer rules (`tokenizer.ggml.model = gpt2`) or SentencePiece-style merges by score
-//! (`llama`). Special-token text is split out first (llama.cpp's `tokenizer_st_partition`), with
-//! an Aho–Corasick pass so the cost does not grow with the thousands of special tokens Gemma has.
+//! (`llama`). Special-token text is split out first (llama.cpp's `tokenizer_st_partition`), from
+//! one Aho–Corasick pass over the text, so the cost does not grow with the thousands of special
+//! tokens Gemma has ([`Tokenizer::encode`] says how).
 //! [`StreamDecoder`] turns generated ids into complete UTF-8 text; [`ChatTemplate`] renders
 //! `tokenizer.chat_template` with minijinja.
 
@@ -61,7 +62,7 @@ enum Algo {
 }
 
 /// A piece of input after special-token partitioning.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Frag {
     Text(usize, usize),
     Token(u32),
@@ -86,8 +87,11 @@ pub struct Tokenizer {
     eog: Vec<u32>,
     /// Special tokens split out of text, longest text first (llama.cpp's order).
     special_cache: Vec<u32>,
-    /// Finds which special tokens occur at all, so partitioning skips the rest.
+    /// Finds the special tokens' texts in a text (pattern `i` is `special_cache[i]`).
     special_ac: Option<aho_corasick::AhoCorasick>,
+    /// `[special_cache.len()]`: for each special token, the longest other one whose text is a
+    /// proper prefix of its text ([`NO_SPECIAL`] when none), by place in `special_cache`.
+    special_prefix: Vec<u32>,
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
@@ -125,6 +129,10 @@ impl Tokenizer {
     /// `add_special` adds the model's default BOS/EOS (per `add_bos_token`/`add_eos_token`);
     /// `parse_special` lets text such as `<|im_start|>` become its control token. User-defined
     /// tokens (e.g. Gemma's whitespace runs) are always matched first, as llama.cpp does.
+    ///
+    /// Cost: linear in the text for the special-token split (one Aho–Corasick pass, then
+    /// one step per special-token occurrence that may be taken, each in O(log) of their count),
+    /// whatever the number of special tokens; then the merges.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let frags = self.partition(text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
@@ -193,10 +201,143 @@ impl Tokenizer {
         out
     }
 
-    /// Splits special-token text out of `text` (llama.cpp's `tokenizer_st_partition`): for each
-    /// special token, longest first, every leftmost non-overlapping occurrence in the remaining
-    /// text becomes that token.
+    /// Splits special-token text out of `text` with the result of llama.cpp's
+    /// `tokenizer_st_partition` (for each special token, longest text first then lowest id,
+    /// every leftmost non-overlapping occurrence in the text not yet taken becomes that token,
+    /// with its lstrip/rstrip whitespace), without its pass per special token over every
+    /// fragment. That order takes an occurrence exactly when it overlaps no occurrence taken
+    /// before it in the order (rank, start), with the stripped whitespace counted as taken, so:
+    ///
+    /// - one Aho–Corasick pass gives, for each position, the longest allowed special text that
+    ///   starts there (every other one starting there is a prefix of it);
+    /// - those candidates are taken from a heap in (rank, start) order; one that overlaps what
+    ///   is taken gives way to the next shorter special text that is a prefix of it
+    ///   (`special_prefix`), if its start is still free.
+    ///
+    /// Each position is a candidate once per special text that is a prefix of the longest one
+    /// there (a handful, e.g. Gemma's whitespace runs), so the work is linear in the text. When
+    /// no two occurrences overlap and none strips whitespace (a chat prompt's markers), all are
+    /// taken at once, without the heap.
     fn partition(&self, text: &str, parse_special: bool) -> Vec<Frag> {
+        use std::cmp::Reverse;
+        let n = text.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let Some(ac) = &self.special_ac else {
+            return vec![Frag::Text(0, n)];
+        };
+        let allowed = |rank: u32| {
+            let id = self.special_cache[rank as usize];
+            parse_special || self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0
+        };
+        // The longest allowed special text starting at each position (the smallest rank: at one
+        // start a longer text ranks first); allocated at the first occurrence.
+        let mut best: Vec<u32> = Vec::new();
+        for m in ac.find_overlapping_iter(text) {
+            let rank = m.pattern().as_u32();
+            if m.is_empty() || !allowed(rank) {
+                continue;
+            }
+            if best.is_empty() {
+                best = vec![NO_SPECIAL; n];
+            }
+            let b = &mut best[m.start()];
+            *b = (*b).min(rank);
+        }
+        if best.is_empty() {
+            return vec![Frag::Text(0, n)];
+        }
+        // The usual case: occurrences that do not overlap and strip nothing are all taken.
+        let len = |rank: u32| self.texts.get(self.special_cache[rank as usize]).map_or(0, str::len);
+        let strips = |rank: u32| {
+            self.attrs[self.special_cache[rank as usize] as usize] & (attr::LSTRIP | attr::RSTRIP)
+                != 0
+        };
+        let mut end = 0;
+        let disjoint =
+            best.iter().enumerate().filter(|&(_, &r)| r != NO_SPECIAL).all(|(at, &r)| {
+                let ok = at >= end && !strips(r);
+                end = at + len(r);
+                ok
+            });
+        if disjoint {
+            let mut frags = Vec::new();
+            let mut at = 0;
+            for (from, &r) in best.iter().enumerate().filter(|&(_, &r)| r != NO_SPECIAL) {
+                if from > at {
+                    frags.push(Frag::Text(at, from - at));
+                }
+                frags.push(Frag::Token(self.special_cache[r as usize]));
+                at = from + len(r);
+            }
+            if at < n {
+                frags.push(Frag::Text(at, n - at));
+            }
+            return frags;
+        }
+        let mut heap: std::collections::BinaryHeap<Reverse<(u32, usize)>> = best
+            .iter()
+            .enumerate()
+            .filter(|&(_, &r)| r != NO_SPECIAL)
+            .map(|(at, &r)| Reverse((r, at)))
+            .collect();
+        drop(best);
+        let bytes = text.as_bytes();
+        let mut taken = Taken::new(n);
+        // (first byte taken, end of what is taken, token), in the order they are taken.
+        let mut tokens: Vec<(usize, usize, u32)> = Vec::new();
+        while let Some(Reverse((rank, at))) = heap.pop() {
+            if taken.get(at) {
+                continue;
+            }
+            let id = self.special_cache[rank as usize];
+            let end = at + len(rank);
+            if taken.any(at, end) {
+                let mut p = self.special_prefix[rank as usize];
+                while p != NO_SPECIAL && !allowed(p) {
+                    p = self.special_prefix[p as usize];
+                }
+                if p != NO_SPECIAL {
+                    heap.push(Reverse((p, at)));
+                }
+                continue;
+            }
+            let a = self.attrs[id as usize];
+            let (mut from, mut to) = (at, end);
+            if a & attr::LSTRIP != 0 {
+                while from > 0 && !taken.get(from - 1) && is_c_space(bytes[from - 1]) {
+                    from -= 1;
+                }
+            }
+            if a & attr::RSTRIP != 0 {
+                while to < n && !taken.get(to) && is_c_space(bytes[to]) {
+                    to += 1;
+                }
+            }
+            taken.set(from, to);
+            tokens.push((from, to, id));
+        }
+        tokens.sort_unstable();
+        let mut frags = Vec::with_capacity(2 * tokens.len() + 1);
+        let mut at = 0;
+        for (from, to, id) in tokens {
+            if from > at {
+                frags.push(Frag::Text(at, from - at));
+            }
+            frags.push(Frag::Token(id));
+            at = to;
+        }
+        if at < n {
+            frags.push(Frag::Text(at, n - at));
+        }
+        frags
+    }
+
+    /// llama.cpp's `tokenizer_st_partition` as written: a pass over every fragment per special
+    /// token present (the reference [`Tokenizer::partition`] is tested against).
+    #[cfg(test)]
+    fn partition_reference(&self, text: &str, parse_special: bool) -> Vec<Frag> {
         let mut frags = Vec::new();
         if text.is_empty() {
             return frags;
@@ -414,6 +555,43 @@ impl spm::SpmVocab for Tokenizer {
     }
 }
 
+/// No special token (in `special_prefix`, and per position while partitioning).
+pub(crate) const NO_SPECIAL: u32 = u32::MAX;
+
+/// Bytes of a text already taken by a special token (or the whitespace it strips): a bit each.
+struct Taken(Vec<u64>);
+
+impl Taken {
+    fn new(n: usize) -> Taken {
+        Taken(vec![0; n.div_ceil(64)])
+    }
+
+    fn get(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    /// Whether any byte of `from..to` is taken.
+    fn any(&self, from: usize, to: usize) -> bool {
+        let mut i = from;
+        while i < to {
+            let (w, b) = (i / 64, i % 64);
+            let width = (to - i).min(64 - b);
+            let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << b };
+            if self.0[w] & mask != 0 {
+                return true;
+            }
+            i += width;
+        }
+        false
+    }
+
+    fn set(&mut self, from: usize, to: usize) {
+        for i in from..to {
+            self.0[i / 64] |= 1 << (i % 64);
+        }
+    }
+}
+
 /// C `isspace` in the "C" locale.
 fn is_c_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
@@ -472,4 +650,202 @@ fn clean_up_spaces(text: &mut Vec<u8>) {
         total += 1;
     }
     text.truncate(total);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn load(path: &Path) -> Tokenizer {
+        let f = gguf::GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Every vocabulary at hand: the tiny test models, the fuzz fixtures (all of qwen2.5's and
+    /// gemma3's special tokens) and the real models when fetched.
+    fn vocabularies() -> Vec<(String, Tokenizer)> {
+        let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut paths: Vec<PathBuf> = ["llama", "qwen2", "gemma2", "gemma3", "phi3"]
+            .iter()
+            .map(|a| ws.join(format!("testdata/refdata/tiny/tiny-{a}.gguf")))
+            .chain(
+                ["bpe-qwen2.5-coder.gguf", "spm-gemma3.gguf"]
+                    .iter()
+                    .map(|f| ws.join("fuzz/fixtures").join(f)),
+            )
+            .collect();
+        for alias in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
+            let p = hub::model_path(alias);
+            if p.is_file() {
+                paths.push(p);
+            }
+        }
+        let mut v: Vec<(String, Tokenizer)> = paths
+            .into_iter()
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), load(&p)))
+            .collect();
+        v.push(("synthetic".into(), synthetic()));
+        v
+    }
+
+    /// A SentencePiece vocabulary of special texts that overlap every way real ones do not: a
+    /// shorter one ending where a longer one starts (`ab`|`bcd`|`cdefg`), nested prefixes
+    /// (`aa` in `aaa`), whitespace runs, control and user-defined mixed.
+    fn synthetic() -> Tokenizer {
+        let tokens: [(&str, i32); 21] = [
+            ("<unk>", 2),
+            ("<s>", 3),
+            ("</s>", 3),
+            ("ab", 4),
+            ("bcd", 4),
+            ("cdefg", 4),
+            ("abc", 3),
+            ("aa", 4),
+            ("aaa", 3),
+            ("xy", 4),
+            ("yzz", 4),
+            ("zzq", 3),
+            ("  ", 4),
+            ("   ", 4),
+            ("\n\n", 4),
+            ("<c>", 3),
+            ("c>x", 4),
+            ("x<c", 4),
+            ("<c>x<c", 3),
+            ("a", 1),
+            ("b", 1),
+        ];
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(3u64.to_le_bytes());
+        let text = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        text(&mut b, "tokenizer.ggml.model");
+        b.extend(8u32.to_le_bytes());
+        text(&mut b, "llama");
+        text(&mut b, "tokenizer.ggml.tokens");
+        b.extend(9u32.to_le_bytes());
+        b.extend(8u32.to_le_bytes());
+        b.extend((tokens.len() as u64).to_le_bytes());
+        for (t, _) in tokens {
+            text(&mut b, t);
+        }
+        text(&mut b, "tokenizer.ggml.token_type");
+        b.extend(9u32.to_le_bytes());
+        b.extend(5u32.to_le_bytes());
+        b.extend((tokens.len() as u64).to_le_bytes());
+        for (_, ty) in tokens {
+            b.extend(ty.to_le_bytes());
+        }
+        while b.len() % 32 != 0 {
+            b.push(0);
+        }
+        let f = gguf::GgufFile::from_bytes(b).expect("synthetic GGUF");
+        Tokenizer::from_gguf(&f).expect("synthetic vocabulary")
+    }
+
+    struct Rand(u64);
+
+    impl Rand {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n.max(1) as u64) as usize
+        }
+    }
+
+    /// Texts made of special texts (whole, or a prefix or suffix of one), whitespace runs and
+    /// other characters, so special texts overlap, nest and touch whitespace every which way.
+    fn texts(tok: &Tokenizer, seed: u64, count: usize) -> Vec<String> {
+        let mut r = Rand(seed);
+        let specials: Vec<&str> =
+            tok.special_cache.iter().map(|&id| tok.texts.get(id).unwrap_or_default()).collect();
+        // Those that have a special prefix or are one, more often.
+        let nested: Vec<&str> = (0..specials.len())
+            .filter(|&i| tok.special_prefix[i] != NO_SPECIAL)
+            .flat_map(|i| [specials[i], specials[tok.special_prefix[i] as usize]])
+            .collect();
+        let other = [
+            " ", "  ", "   ", "\n", "\n\n", "\t", " \n", "a", "b", "c", "x", "z", "é", "<", ">",
+            "|", "_",
+        ];
+        (0..count)
+            .map(|_| {
+                let mut t = String::new();
+                for _ in 0..r.below(12) {
+                    let pick = |r: &mut Rand, v: &[&str]| v[r.below(v.len())].to_string();
+                    let s = match r.below(6) {
+                        0 | 1 if !specials.is_empty() => pick(&mut r, &specials),
+                        2 if !nested.is_empty() => pick(&mut r, &nested),
+                        3 if !specials.is_empty() => {
+                            let s = pick(&mut r, &specials);
+                            let cut = r.below(s.len() + 1);
+                            let cut = (0..=cut).rev().find(|&c| s.is_char_boundary(c)).unwrap();
+                            if r.below(2) == 0 {
+                                s[..cut].to_string()
+                            } else {
+                                s[cut..].to_string()
+                            }
+                        }
+                        _ => pick(&mut r, &other),
+                    };
+                    t.push_str(&s);
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// The one-pass partition gives llama.cpp's partition, as the pass per special token wrote
+    /// it, on every vocabulary at hand, with and without special parsing, and with lstrip and
+    /// rstrip on special tokens (phi-3 has rstrip; lstrip is forced here on a copy).
+    #[test]
+    fn one_pass_partition_matches_the_pass_per_special_token() {
+        for (name, mut tok) in vocabularies() {
+            for round in 0..2 {
+                if round == 1 {
+                    // Strip attributes on every other special token.
+                    for (i, &id) in tok.special_cache.clone().iter().enumerate() {
+                        tok.attrs[id as usize] |=
+                            if i % 2 == 0 { attr::LSTRIP } else { attr::RSTRIP };
+                    }
+                }
+                for (k, text) in texts(&tok, 0x5eed + round, 3000).iter().enumerate() {
+                    for parse in [false, true] {
+                        let want = tok.partition_reference(text, parse);
+                        let got = tok.partition(text, parse);
+                        assert_eq!(
+                            got, want,
+                            "{name} round {round} text {k} {text:?} parse {parse}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn taken_bits_answer_ranges() {
+        let mut t = Taken::new(200);
+        t.set(70, 75);
+        t.set(130, 131);
+        for (from, to, any) in [
+            (0, 70, false),
+            (0, 71, true),
+            (75, 130, false),
+            (74, 80, true),
+            (60, 200, true),
+            (131, 200, false),
+            (129, 131, true),
+            (64, 64, false),
+        ] {
+            assert_eq!(t.any(from, to), any, "{from}..{to}");
+        }
+        assert!(t.get(70) && t.get(74) && !t.get(75) && !t.get(69));
+    }
 }

@@ -412,6 +412,23 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         })?)
     };
 
+    // For each special token (by its place in `special_cache`), the longest other special token
+    // whose text is a proper prefix of its text: what may still match where it does not fit.
+    let special_prefix: Vec<u32> = match &special_ac {
+        None => Vec::new(),
+        Some(ac) => special_cache
+            .iter()
+            .map(|&id| {
+                let t = texts.get(id).unwrap_or_default();
+                ac.find_overlapping_iter(t)
+                    .filter(|m| m.start() == 0 && m.end() < t.len())
+                    .map(|m| m.pattern().as_u32())
+                    .min()
+                    .unwrap_or(crate::NO_SPECIAL)
+            })
+            .collect(),
+    };
+
     // Piece cache: llama_token_to_piece(special = true).
     // GPT-2 stand-in characters are all below U+0144.
     let mut char_to_byte = [None::<u8>; 0x144];
@@ -470,6 +487,7 @@ pub(crate) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         eog,
         special_cache,
         special_ac,
+        special_prefix,
         add_bos,
         add_eos,
         add_space_prefix,
