@@ -37,7 +37,7 @@
 //! Cost per request: a lock and a scan of the registered names; acquiring a hot adapter is a
 //! refcount, a cold one is a file read and dequantization on the blocking pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -66,6 +66,7 @@ pub struct LoraScale {
 
 /// Checks a `lora` list: finite scales, each id once.
 pub fn check_lora(style: Style, list: &[LoraScale]) -> Result<(), ApiError> {
+    let mut seen = HashSet::with_capacity(list.len());
     for (i, e) in list.iter().enumerate() {
         if !e.scale.is_finite() {
             return Err(ApiError::bad_request(
@@ -73,7 +74,7 @@ pub fn check_lora(style: Style, list: &[LoraScale]) -> Result<(), ApiError> {
                 format!("lora[{i}].scale is not a finite number"),
             ));
         }
-        if list[..i].iter().any(|p| p.id == e.id) {
+        if !seen.insert(e.id) {
             return Err(ApiError::bad_request(
                 style,
                 format!("lora names adapter id {} twice: give each adapter once", e.id),

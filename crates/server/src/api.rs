@@ -27,8 +27,10 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::adapters::{AdapterSet, LoraScale};
-use crate::scheduler::{self, Event, Finish, Refused};
+use crate::scheduler::{self, Event, Finish, Refused, Ticket};
 use crate::{adapters, ollama, openai, AppState};
+
+pub mod limits;
 
 pub type Shared = State<Arc<AppState>>;
 
@@ -114,10 +116,10 @@ impl ApiError {
     pub fn refused(style: Style, r: Refused) -> ApiError {
         let msg = r.to_string();
         match r {
-            Refused::Busy { .. } => {
+            Refused::Busy { retry_after, .. } => {
                 let mut e = ApiError::new(style, StatusCode::TOO_MANY_REQUESTS, msg)
                     .with_code("server_busy");
-                e.retry_after = Some(1);
+                e.retry_after = Some(retry_after.max(1));
                 e
             }
             Refused::TooLong { .. } => {
@@ -128,12 +130,14 @@ impl ApiError {
         }
     }
 
-    /// A body that is not the JSON the route takes.
+    /// A body that is not the JSON the route takes: malformed, or a field of the wrong type or
+    /// past its bound ([`limits`]).
     pub fn json(style: Style, e: serde_json::Error) -> ApiError {
-        ApiError::bad_request(
-            style,
-            format!("the request body is not valid JSON for this route: {e}"),
-        )
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "a field of the request body is not valid",
+            _ => "the request body is not valid JSON for this route",
+        };
+        ApiError::bad_request(style, format!("{what}: {e}"))
     }
 }
 
@@ -168,9 +172,20 @@ pub fn body_bytes(style: Style, body: Result<Bytes, BytesRejection>) -> Result<B
     })
 }
 
-/// A request body parsed as `T`, or a 400 in the route's shape.
+/// A request body parsed as `T`, or a 400 in the route's shape that names the field at fault
+/// (`at options.seed: …`) where the parse knows it.
 pub fn from_json<T: for<'de> Deserialize<'de>>(style: Style, body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::json(style, e))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let mut err = ApiError::json(style, e.into_inner());
+        if path != "." && !path.is_empty() {
+            err.message = format!("at {path}: {}", err.message);
+        }
+        err
+    })?;
+    de.end().map_err(|e| ApiError::json(style, e))?;
+    Ok(v)
 }
 
 /// `messages` if there is at least one.
@@ -278,7 +293,19 @@ async fn not_found(State(st): Shared, req: Request) -> Response {
     .into_response()
 }
 
+/// 200 while the scheduler thread runs; 503 (OpenAI's error shape) once it is gone, so a
+/// supervisor's liveness probe restarts the server instead of keeping a process that can only
+/// refuse.
 async fn health(State(st): Shared) -> Response {
+    if !st.engine.is_alive() {
+        return ApiError::new(
+            Style::OpenAi,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the scheduler thread has stopped, so no request can be answered: restart snug serve",
+        )
+        .with_code("scheduler_down")
+        .into_response();
+    }
     axum::Json(json!({
         "status": "ok",
         "model": st.card.name,
@@ -368,12 +395,50 @@ impl AppState {
         Ok(self.tok.encode(&text, true, true))
     }
 
+    /// The cheap checks a generation request passes before any work proportional to it: the
+    /// model it names is served here (404), and a place is free among the slots and the queue
+    /// (429 with `Retry-After`, or 503 once the scheduler is gone). `body` is only scanned for
+    /// its top-level `model` (a malformed body is left for the route's decode to refuse).
+    pub fn admit(&self, style: Style, body: &[u8]) -> Result<Ticket, ApiError> {
+        #[derive(Deserialize)]
+        struct Named {
+            model: Option<String>,
+        }
+        let asked = serde_json::from_slice::<Named>(body).ok().and_then(|n| n.model);
+        self.check_model(style, asked.as_deref())?;
+        self.engine.reserve().map_err(|r| ApiError::refused(style, r))
+    }
+
+    /// A 400 for a text of `bytes` bytes that certainly has more tokens than a prompt may
+    /// (no token covers more than the vocabulary's longest piece), decided before tokenizing it.
+    pub fn check_text_len(&self, style: Style, bytes: usize) -> Result<(), ApiError> {
+        let max = self.engine.n_ctx.saturating_sub(1);
+        // Every token covers at least one byte: most texts are decided without the scan.
+        if bytes <= max {
+            return Ok(());
+        }
+        let piece = max_piece_bytes(&self.tok);
+        if bytes > max.saturating_mul(piece) {
+            return Err(ApiError::bad_request(
+                style,
+                format!(
+                    "the prompt has {bytes} bytes of text, more than the {max} tokens a prompt \
+                     may use here can hold (a token is at most {piece} bytes); shorten it"
+                ),
+            )
+            .with_code("context_length_exceeded"));
+        }
+        Ok(())
+    }
+
     /// Queues a generation of `prompt` with `s` (at most `s.max_tokens`, default: until the
-    /// context is full; a [`Settings`] never holds 0) on `adapters`; with `logprobs`, each
-    /// token's log-probability and that many alternatives on the second receiver.
+    /// context is full; a [`Settings`] never holds 0) on `adapters`, on the place `ticket`
+    /// holds; with `logprobs`, each token's log-probability and that many alternatives on the
+    /// second receiver.
     pub fn submit(
         &self,
         style: Style,
+        ticket: Ticket,
         prompt: Vec<u32>,
         s: Settings,
         adapters: AdapterSet,
@@ -382,12 +447,121 @@ impl AppState {
         (UnboundedReceiver<Event>, Option<UnboundedReceiver<crate::logprobs::TokenLogprob>>),
         ApiError,
     > {
-        let max_tokens = s.max_tokens.unwrap_or(self.engine.n_ctx);
-        let (sampling, stop, json) = (s.sampling, s.stop, s.json);
-        let req =
-            scheduler::Request { prompt, sampling, max_tokens, stop, json, logprobs, adapters };
-        self.engine.request(req).map_err(|r| ApiError::refused(style, r))
+        let n_ctx = self.engine.n_ctx;
+        let mut max_tokens = s.max_tokens.unwrap_or(n_ctx);
+        // Ollama's `num_ctx` below the served context: the request runs in that many positions.
+        if let Some(c) = s.num_ctx.filter(|&c| c < n_ctx) {
+            if prompt.len() >= c {
+                return Err(ApiError::bad_request(
+                    style,
+                    format!(
+                        "the prompt has {} tokens but options.num_ctx is {c}; raise num_ctx (up \
+                         to {n_ctx}) or shorten the prompt",
+                        prompt.len()
+                    ),
+                )
+                .with_code("context_length_exceeded"));
+            }
+            max_tokens = max_tokens.min(c - prompt.len());
+        }
+        let (sampling, stop, json, logit_bias) = (s.sampling, s.stop, s.json, s.logit_bias);
+        let req = scheduler::Request {
+            prompt,
+            sampling,
+            max_tokens,
+            stop,
+            json,
+            logprobs,
+            adapters,
+            logit_bias,
+        };
+        self.engine.request_on(ticket, req).map_err(|r| ApiError::refused(style, r))
     }
+}
+
+/// The longest token piece of `tok`'s vocabulary in bytes (at least 4, a UTF-8 character: a
+/// text the tokenizer cannot match falls back to one token per character or byte). Scanned
+/// once per tokenizer.
+fn max_piece_bytes(tok: &Arc<tokenizer::Tokenizer>) -> usize {
+    use std::sync::Mutex;
+    static CACHE: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+    let key = Arc::as_ptr(tok) as usize;
+    let mut c = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match *c {
+        Some((k, n)) if k == key => n,
+        _ => {
+            let n = (0..tok.n_vocab() as u32).map(|t| tok.token_piece(t).len()).max().unwrap_or(0);
+            let n = n.max(4);
+            *c = Some((key, n));
+            n
+        }
+    }
+}
+
+impl AppState {
+    /// A generation request's body prepared: the cheap refusals first ([`AppState::admit`]),
+    /// then `work` (decode and tokenize) off the HTTP thread ([`off_thread`]); the place the
+    /// request holds, what `work` made of the body, and the prompt.
+    pub async fn prepare<R: Send + 'static>(
+        self: &Arc<Self>,
+        style: Style,
+        body: Bytes,
+        work: impl FnOnce(&AppState, &[u8]) -> Result<(R, Vec<u32>), ApiError> + Send + 'static,
+    ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
+        let ticket = self.admit(style, &body)?;
+        let app = self.clone();
+        let (r, prompt) = off_thread(style, move || work(&app, &body)).await?;
+        Ok((ticket, r, prompt))
+    }
+
+    /// [`AppState::prepare`] for a chat route: `decode`, then [`AppState::chat_tokens`] over
+    /// the settings and messages `parts` points at.
+    pub async fn prepare_chat<R: Send + 'static>(
+        self: &Arc<Self>,
+        style: Style,
+        body: Bytes,
+        decode: fn(&[u8]) -> Result<R, ApiError>,
+        parts: fn(&mut R) -> (&mut Settings, &[tokenizer::ChatMessage]),
+    ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
+        self.prepare(style, body, move |app, body| {
+            let mut req = decode(body)?;
+            let (settings, messages) = parts(&mut req);
+            let prompt = app.chat_tokens(style, settings, messages)?;
+            Ok((req, prompt))
+        })
+        .await
+    }
+
+    /// A chat's prompt with its settings fitted to the context: the bounds that need the
+    /// model ([`Settings::fit`]), a text certainly too long refused before the template, then
+    /// the template and tokenization ([`AppState::chat_prompt`]).
+    pub fn chat_tokens(
+        &self,
+        style: Style,
+        settings: &mut Settings,
+        messages: &[tokenizer::ChatMessage],
+    ) -> Result<Vec<u32>, ApiError> {
+        settings.fit(style, self.engine.n_ctx, self.tok.n_vocab())?;
+        self.check_text_len(style, messages.iter().map(|m| m.content.len()).sum())?;
+        self.chat_prompt(style, messages)
+    }
+}
+
+/// Runs `work` (decode, schema compile, template render, tokenization: work proportional to
+/// the request) on the blocking pool, so it never holds the HTTP thread; a panic in it is a 500
+/// for this request alone. At most the slots plus the queue run at once (each holds a
+/// [`Ticket`]).
+pub async fn off_thread<T: Send + 'static>(
+    style: Style,
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        ApiError::new(
+            style,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error while preparing the request: {e}"),
+        )
+    })?
 }
 
 /// Sampling settings as the APIs name them; absent ones take snug's defaults, an absent seed a
@@ -398,8 +572,9 @@ pub struct Knobs {
     pub top_k: Option<i64>,
     pub top_p: Option<f32>,
     pub min_p: Option<f32>,
-    pub seed: Option<i64>,
+    pub seed: Option<u64>,
     pub repeat_penalty: Option<f32>,
+    /// Ollama's: -1 is the whole context, 0 off; at most the context.
     pub repeat_last_n: Option<i64>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
@@ -416,6 +591,12 @@ pub struct Settings {
     /// Ollama's `format: "json"`) or a value a schema accepts (`json_schema`, a schema in
     /// `format`); generation ends when it closes.
     pub json: Option<JsonFormat>,
+    /// `repeat_last_n` was -1: the penalties look at the whole context ([`Settings::fit`]).
+    pub repeat_last_n_whole: bool,
+    /// Ollama's `num_ctx`: the positions this request may use (at most the served context).
+    pub num_ctx: Option<usize>,
+    /// OpenAI's `logit_bias`: added to the token's logit before sampling.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// A request's JSON schema compiled for structured output; one it cannot enforce is a 400 that
@@ -438,7 +619,45 @@ impl Settings {
         if max_tokens == Some(0) {
             return Err(ApiError::bad_request(style, "the token limit must be at least 1"));
         }
-        Ok(Settings { sampling: knobs.params(style)?, max_tokens, stop, json: None })
+        limits::check_stops(&stop).map_err(|e| ApiError::bad_request(style, e))?;
+        Ok(Settings {
+            sampling: knobs.params(style)?,
+            max_tokens,
+            stop,
+            json: None,
+            repeat_last_n_whole: knobs.repeat_last_n == Some(-1),
+            num_ctx: None,
+            logit_bias: Vec::new(),
+        })
+    }
+
+    /// The checks that need the served context of `n_ctx` positions and a vocabulary of
+    /// `n_vocab`: `repeat_last_n` (-1 becomes the context) and `num_ctx` at most the context,
+    /// `logit_bias` tokens in the vocabulary; each refusal a 400 naming the field and bound.
+    pub fn fit(&mut self, style: Style, n_ctx: usize, n_vocab: usize) -> Result<(), ApiError> {
+        if self.repeat_last_n_whole {
+            self.sampling.repeat_last_n = n_ctx;
+        }
+        let n = self.sampling.repeat_last_n;
+        if n > n_ctx {
+            return Err(ApiError::bad_request(
+                style,
+                format!("repeat_last_n is {n}, but it may be at most the context of {n_ctx} positions (-1: the whole context)"),
+            ));
+        }
+        if let Some(c) = self.num_ctx.filter(|&c| c > n_ctx) {
+            return Err(ApiError::bad_request(
+                style,
+                format!("options.num_ctx is {c}, but this server's context is {n_ctx} positions, fixed when it starts (snug serve --ctx); ask for at most {n_ctx}"),
+            ));
+        }
+        if let Some(&(t, _)) = self.logit_bias.iter().find(|&&(t, _)| t as usize >= n_vocab) {
+            return Err(ApiError::bad_request(
+                style,
+                format!("logit_bias names token {t}, outside the vocabulary of {n_vocab}"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -451,10 +670,21 @@ impl Knobs {
             top_p: self.top_p.unwrap_or(d.top_p),
             min_p: self.min_p.unwrap_or(d.min_p),
             repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
-            repeat_last_n: self.repeat_last_n.map_or(d.repeat_last_n, |n| n.max(0) as usize),
+            repeat_last_n: match self.repeat_last_n {
+                None => d.repeat_last_n,
+                // -1 (the whole context) is resolved by `Settings::fit`.
+                Some(-1) => 0,
+                Some(n) if (0..=limits::MAX_REPEAT_LAST_N).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(ApiError::bad_request(
+                        style,
+                        format!("repeat_last_n is {n}; it must be -1 (the whole context), 0 (off) or a window of at most the context's positions"),
+                    ))
+                }
+            },
             presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
             frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
-            seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
+            seed: self.seed.unwrap_or_else(fresh_seed),
         };
         p.validate().map_err(|e| ApiError::bad_request(style, e))?;
         Ok(p)
@@ -466,13 +696,51 @@ fn fresh_seed() -> u64 {
     t.as_nanos() as u64 ^ (std::process::id() as u64).rotate_left(32)
 }
 
-/// `stop` as OpenAI sends it: one string or a list.
-#[derive(Clone, Debug, Deserialize, JsonSchema)]
+/// `stop` as OpenAI sends it: one string or a list (of at most [`limits::MAX_STOPS`], refused
+/// while parsing past that).
+#[derive(Clone, Debug, JsonSchema)]
 #[serde(untagged)]
 #[schemars(rename = "OpenAiStop")]
 pub enum Stop {
-    One(String),
-    Many(Vec<String>),
+    One(#[schemars(length(max = 256))] String),
+    Many(#[schemars(length(max = 16))] Vec<StopString>),
+}
+
+/// One stop string as the schema states it (at most [`limits::MAX_STOP_BYTES`] bytes).
+#[derive(Clone, Debug, JsonSchema)]
+#[schemars(rename = "StopString")]
+pub struct StopString(#[schemars(length(max = 256))] pub String);
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Stop, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Stop;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a stop string or a list of at most 16")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Stop, E> {
+                Ok(Stop::One(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Stop, E> {
+                Ok(Stop::One(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Stop, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    if out.len() == limits::MAX_STOPS {
+                        return Err(serde::de::Error::custom(limits::too_many(
+                            "stop",
+                            limits::MAX_STOPS,
+                        )));
+                    }
+                    out.push(StopString(s));
+                }
+                Ok(Stop::Many(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl Stop {
@@ -480,7 +748,7 @@ impl Stop {
         match s {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(v)) => v,
+            Some(Stop::Many(v)) => v.into_iter().map(|s| s.0).collect(),
         }
     }
 }

@@ -30,11 +30,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
+use crate::api::limits;
 use crate::api::{
     body_bytes, collect, event_body, from_json, rfc3339, some_messages, streamed, ApiError, Knobs,
     Settings, Shared, Style,
 };
-use crate::scheduler::{Event, Finish, FinishReason};
+use crate::scheduler::{Event, Finish, FinishReason, Ticket};
 use crate::AppState;
 
 const S: Style = Style::Ollama;
@@ -42,8 +43,11 @@ const S: Style = Style::Ollama;
 /// The Ollama version this API follows (clients compare it to enable features).
 const OLLAMA_VERSION: &str = "0.6.0";
 
-/// Generation options (others, such as `num_ctx`, are accepted and ignored). Sampling ranges
-/// are checked by `SamplerParams::validate` (a 400 naming the field); the schema states them.
+/// Generation options. Sampling ranges are checked by `SamplerParams::validate` (a 400 naming
+/// the field); the schema states them. Sampling methods snug does not have (`mirostat`,
+/// `typical_p`, `tfs_z`) are a 400 unless they are set to their "off" value; options about how
+/// a model is loaded (`num_gpu`, `num_thread`, `use_mmap`…) do not change an answer and are
+/// ignored, as the model is loaded when the server starts.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[schemars(rename = "OllamaOptions")]
 pub struct Options {
@@ -55,13 +59,34 @@ pub struct Options {
     top_p: Option<f32>,
     #[schemars(range(min = 0, max = 1))]
     min_p: Option<f32>,
-    seed: Option<i64>,
+    /// Any integer from i64's minimum to u64's maximum.
+    #[serde(default, deserialize_with = "limits::opt_seed")]
+    #[schemars(with = "Option<i128>", extend("minimum" = -9223372036854775808i64, "maximum" = 18446744073709551615u64))]
+    seed: Option<u64>,
+    /// At most 16 strings of at most 256 bytes.
+    #[serde(default, deserialize_with = "limits::opt_stops")]
+    #[schemars(with = "Option<Vec<crate::api::StopString>>", length(max = 16))]
     stop: Option<Vec<String>>,
     #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
     repeat_penalty: Option<f32>,
+    /// Tokens the penalties look at: -1 the whole context, 0 none; at most the context.
+    #[schemars(range(min = -1))]
     repeat_last_n: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// The context this request may use: at most the server's (fixed at start, `--ctx`); a
+    /// smaller one limits the prompt and the answer to that many positions.
+    #[schemars(range(min = 1))]
+    num_ctx: Option<u64>,
+    /// Only 0 (off): snug has no Mirostat sampler.
+    #[schemars(range(min = 0, max = 0))]
+    mirostat: Option<i64>,
+    /// Only 1 (off): snug has no typical sampling.
+    #[schemars(range(min = 1, max = 1))]
+    typical_p: Option<f32>,
+    /// Only 1 (off): snug has no tail-free sampling.
+    #[schemars(range(min = 1, max = 1))]
+    tfs_z: Option<f32>,
 }
 
 /// A chat message as the schema describes it: role and content; other fields (`images`,
@@ -78,8 +103,8 @@ struct MessageSchema {
 #[schemars(rename = "OllamaChatRequest")]
 pub struct ChatRequest {
     model: Option<String>,
-    #[serde(default)]
-    #[schemars(with = "Vec<MessageSchema>", length(min = 1))]
+    #[serde(default, deserialize_with = "limits::messages")]
+    #[schemars(with = "Vec<MessageSchema>", length(min = 1, max = 4096))]
     messages: Vec<ChatMessage>,
     stream: Option<bool>,
     options: Option<Options>,
@@ -89,6 +114,7 @@ pub struct ChatRequest {
     format: Option<Value>,
     /// Functions the model may call. snug calls none (`/api/show` lists no `tools`
     /// capability), so a list that is not empty is a 400, as Ollama answers for such a model.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
     #[schemars(length(max = 0))]
     tools: Option<Vec<Value>>,
 }
@@ -129,6 +155,21 @@ pub struct GenerateRequest {
     /// the schema accepts ([`engine::json_schema`]; a schema it cannot enforce is a 400).
     #[schemars(with = "Option<FormatSchema>")]
     format: Option<Value>,
+    /// Images for a multimodal model: this one reads text only, so a non-empty list is a 400.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
+    #[schemars(length(max = 0))]
+    images: Option<Vec<Value>>,
+    /// A template to use instead of the model's: not supported, must be absent or empty.
+    #[schemars(length(max = 0))]
+    template: Option<String>,
+    /// The older API's conversation state: not supported (send the conversation with
+    /// `/api/chat`), must be absent or empty.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
+    #[schemars(length(max = 0))]
+    context: Option<Vec<Value>>,
+    /// Text after the answer (fill-in-the-middle): not supported, must be absent or empty.
+    #[schemars(length(max = 0))]
+    suffix: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -162,6 +203,19 @@ fn required_model(model: Option<String>, name: Option<String>) -> Result<String,
 /// and JSON mode.
 fn settings(options: Option<Options>, format: Option<Value>) -> Result<Settings, ApiError> {
     let o = options.unwrap_or_default();
+    let bad = |m: &str| Err(ApiError::bad_request(S, m.to_string()));
+    if o.mirostat.is_some_and(|m| m != 0) {
+        return bad("options.mirostat must be 0: snug has no Mirostat sampler");
+    }
+    if o.typical_p.is_some_and(|p| p != 1.0) {
+        return bad("options.typical_p must be 1: snug has no typical sampling");
+    }
+    if o.tfs_z.is_some_and(|z| z != 1.0) {
+        return bad("options.tfs_z must be 1: snug has no tail-free sampling");
+    }
+    if o.num_ctx == Some(0) {
+        return bad("options.num_ctx must be at least 1");
+    }
     let knobs = Knobs {
         temperature: o.temperature,
         top_k: o.top_k,
@@ -176,6 +230,7 @@ fn settings(options: Option<Options>, format: Option<Value>) -> Result<Settings,
     // Negative num_predict: until the context is full.
     let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);
     let mut s = Settings::new(S, &knobs, max, o.stop.unwrap_or_default())?;
+    s.num_ctx = o.num_ctx.map(|n| n.min(usize::MAX as u64) as usize);
     s.json = match format {
         None | Some(Value::Null) => None,
         Some(Value::String(f)) if f.is_empty() => None,
@@ -229,6 +284,11 @@ pub struct Chat {
 }
 
 impl Chat {
+    /// The settings and messages, for [`crate::AppState::prepare_chat`].
+    fn parts(&mut self) -> (&mut Settings, &[ChatMessage]) {
+        (&mut self.settings, &self.messages)
+    }
+
     pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
         let req: ChatRequest = from_json(S, body)?;
         if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
@@ -236,6 +296,15 @@ impl Chat {
                 S,
                 "this model does not support tools: snug does not call functions; send the \
                  request without `tools`",
+            ));
+        }
+        let has_images = |m: &ChatMessage| {
+            m.extra.get("images").is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+        };
+        if let Some(i) = req.messages.iter().position(has_images) {
+            return Err(ApiError::bad_request(
+                S,
+                format!("messages[{i}] has images, but this model reads text only"),
             ));
         }
         Ok(Chat {
@@ -261,6 +330,22 @@ pub struct Generate {
 impl Generate {
     pub fn decode(body: &[u8]) -> Result<Generate, ApiError> {
         let req: GenerateRequest = from_json(S, body)?;
+        let given = |l: &Option<Vec<Value>>| l.as_ref().is_some_and(|v| !v.is_empty());
+        let text = |t: &Option<String>| t.as_ref().is_some_and(|v| !v.is_empty());
+        let refused = if given(&req.images) {
+            Some("images are not supported: this model reads text only")
+        } else if text(&req.template) {
+            Some("template is not supported: the model's own chat template is used (or none, with raw)")
+        } else if given(&req.context) {
+            Some("context is not supported: send the conversation as messages to /api/chat")
+        } else if text(&req.suffix) {
+            Some("suffix is not supported: snug does not fill in the middle")
+        } else {
+            None
+        };
+        if let Some(m) = refused {
+            return Err(ApiError::bad_request(S, m));
+        }
         Ok(Generate {
             settings: settings(req.options, req.format)?,
             model: req.model,
@@ -314,6 +399,7 @@ fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
 /// Queues `prompt` with `settings` and answers as NDJSON records or one JSON object.
 async fn respond(
     st: &AppState,
+    ticket: Ticket,
     kind: Kind,
     asked: Option<&str>,
     prompt: Vec<u32>,
@@ -321,7 +407,7 @@ async fn respond(
     stream: bool,
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, asked, None).await?;
-    let (rx, _) = st.submit(S, prompt, s, adapters, None)?;
+    let (rx, _) = st.submit(S, ticket, prompt, s, adapters, None)?;
     let model = st.answer_model(asked);
     if stream {
         let body = event_body(rx, move |ev| {
@@ -346,33 +432,44 @@ async fn respond(
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req = Chat::decode(&body_bytes(S, body)?)?;
-        st.check_model(S, req.model.as_deref())?;
-        let prompt = st.chat_prompt(S, &req.messages)?;
-        respond(&st, Kind::Chat, req.model.as_deref(), prompt, req.settings, req.stream).await
+        let body = body_bytes(S, body)?;
+        let (ticket, req, prompt) = st.prepare_chat(S, body, Chat::decode, Chat::parts).await?;
+        let model = req.model.as_deref();
+        respond(&st, ticket, Kind::Chat, model, prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req = Generate::decode(&body_bytes(S, body)?)?;
-        st.check_model(S, req.model.as_deref())?;
+        let (ticket, req, prompt) = st
+            .prepare(S, body_bytes(S, body)?, |app, body| {
+                let mut req = Generate::decode(body)?;
+                if req.prompt.is_empty() {
+                    return Ok((req, Vec::new()));
+                }
+                let prompt = if req.raw {
+                    req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
+                    app.check_text_len(S, req.prompt.len())?;
+                    app.tok.encode(&req.prompt, true, true)
+                } else {
+                    let mut messages: Vec<ChatMessage> =
+                        req.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
+                    messages.push(ChatMessage::new("user", req.prompt.clone()));
+                    app.chat_tokens(S, &mut req.settings, &messages)?
+                };
+                Ok((req, prompt))
+            })
+            .await?;
         if req.prompt.is_empty() {
-            // Ollama's way to load a model: it is loaded.
+            // Ollama's way to load a model: it is loaded (no place in the queue is kept).
+            drop(ticket);
             let mut v = record(Kind::Generate, &st.card.name, "", true);
             v["done_reason"] = json!("load");
             return Ok(axum::Json(v).into_response());
         }
-        let prompt = if req.raw {
-            st.tok.encode(&req.prompt, true, true)
-        } else {
-            let mut messages: Vec<ChatMessage> =
-                req.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
-            messages.push(ChatMessage::new("user", req.prompt.clone()));
-            st.chat_prompt(S, &messages)?
-        };
-        respond(&st, Kind::Generate, req.model.as_deref(), prompt, req.settings, req.stream).await
+        let model = req.model.as_deref();
+        respond(&st, ticket, Kind::Generate, model, prompt, req.settings, req.stream).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -23,11 +23,13 @@ use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
 use crate::adapters::{AdapterSet, LoraScale};
+use crate::api::limits::{self, MAX_LORA_SCALE, MAX_TEMPERATURE};
 use crate::api::{
     body_bytes, collect, event_body, from_json, some_messages, streamed, ApiError, Knobs, Settings,
     Shared, Stop, Style,
 };
 use crate::logprobs::{self, Rendering};
+use crate::scheduler::Ticket;
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::unix_now;
 
@@ -41,7 +43,11 @@ pub struct StreamOptions {
 }
 
 /// The fields both completion routes take. Sampling ranges are checked by
-/// `SamplerParams::validate` (a 400 naming the field); the schema states them for clients.
+/// `SamplerParams::validate` (a 400 naming the field); the schema states them for clients. Lists
+/// are capped while parsing ([`limits`]). A field snug reads but cannot honour is a 400 naming
+/// it (`best_of` other than 1, `functions`, a `function_call` that demands a call, `modalities`
+/// other than text, `audio`, `prediction`), never silently dropped; `user` is accepted and
+/// unused (it only labels the caller for OpenAI's own monitoring).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[schemars(rename = "OpenAiCommon")]
 pub struct Common {
@@ -49,15 +55,22 @@ pub struct Common {
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
+    #[schemars(range(min = 1))]
     max_tokens: Option<u64>,
+    #[schemars(range(min = 1))]
     max_completion_tokens: Option<u64>,
+    /// 0 (greedy) to 2, OpenAI's range.
+    #[schemars(range(min = 0, max = 2))]
     temperature: Option<f32>,
     #[schemars(range(min = 0, max = 1))]
     top_p: Option<f32>,
     top_k: Option<i64>,
     #[schemars(range(min = 0, max = 1))]
     min_p: Option<f32>,
-    seed: Option<i64>,
+    /// Any integer from i64's minimum to u64's maximum.
+    #[serde(default, deserialize_with = "limits::opt_seed")]
+    #[schemars(with = "Option<i128>", extend("minimum" = -9223372036854775808i64, "maximum" = 18446744073709551615u64))]
+    seed: Option<u64>,
     stop: Option<Stop>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
@@ -66,8 +79,21 @@ pub struct Common {
     /// Choices per request: only 1.
     #[schemars(range(min = 1, max = 1))]
     n: Option<u32>,
+    /// Only 1 (one choice, sampled once).
+    #[schemars(range(min = 1, max = 1))]
+    best_of: Option<u32>,
+    /// Added to the logits of the tokens named (ids as strings) before sampling: -100 in effect
+    /// bans a token, 100 forces it. At most 1024 entries.
+    #[serde(default, deserialize_with = "limits::opt_logit_bias")]
+    #[schemars(with = "Option<std::collections::BTreeMap<String, LogitBias>>")]
+    logit_bias: Option<Vec<(u32, f32)>>,
+    /// Accepted and unused: it labels the end user for OpenAI's abuse monitoring.
+    #[allow(dead_code)]
+    user: Option<String>,
     /// LoRA adapters by id (`GET /lora-adapters`) and scale, llama-server's field: only these
-    /// apply.
+    /// apply. At most 64 entries, scales within ±8.
+    #[serde(default, deserialize_with = "limits::opt_lora")]
+    #[schemars(length(max = 64))]
     pub lora: Option<Vec<LoraScale>>,
     /// `{"type": "json_object"}`: the answer is one JSON object (JSON mode);
     /// `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`: one JSON value
@@ -76,11 +102,44 @@ pub struct Common {
     response_format: Option<ResponseFormat>,
     /// Functions the model may call. snug calls none, so a list that is not empty is a 400
     /// (llama-server without `--jinja` refuses them too) rather than silently dropped.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
     #[schemars(length(max = 0))]
     tools: Option<Vec<Value>>,
     /// `"none"` or `"auto"` (with no tools: no call); one that demands a call is a 400.
     #[schemars(with = "Option<ToolChoice>")]
     tool_choice: Option<Value>,
+    /// The deprecated form of `tools`: refused when not empty.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
+    #[schemars(length(max = 0))]
+    functions: Option<Vec<Value>>,
+    /// The deprecated form of `tool_choice`: `"none"` or `"auto"`.
+    #[schemars(with = "Option<ToolChoice>")]
+    function_call: Option<Value>,
+    /// Only `["text"]`: snug answers in text.
+    #[serde(default, deserialize_with = "limits::opt_tools")]
+    #[schemars(with = "Option<Vec<TextModality>>")]
+    modalities: Option<Vec<Value>>,
+    /// Audio output is not supported: must be absent or null.
+    #[schemars(with = "Option<()>")]
+    audio: Option<Value>,
+    /// Predicted outputs are not supported: must be absent or null.
+    #[schemars(with = "Option<()>")]
+    prediction: Option<Value>,
+}
+
+/// A `logit_bias` value as the schema states it.
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenAiLogitBias")]
+#[allow(dead_code)]
+struct LogitBias(#[schemars(range(min = -100, max = 100))] f32);
+
+/// `modalities` as snug takes it: text only.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiModality")]
+#[allow(dead_code)]
+enum TextModality {
+    Text,
 }
 
 /// `tool_choice` as the spec describes it.
@@ -169,31 +228,59 @@ enum TextPartType {
 enum PromptSchema {
     Text(String),
     One([String; 1]),
-    Ids(Vec<u32>),
+    Ids(#[schemars(length(max = 262144))] Vec<u32>),
 }
 
+/// The chat route's own fields. A body is read twice, into these and into [`Common`] (each
+/// skips what the other reads without allocating), instead of through `#[serde(flatten)]`,
+/// which would buffer every common field as a `Content` tree first and lose the field names
+/// of its errors.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[schemars(rename = "OpenAiChatRequest")]
-pub struct ChatRequest {
-    #[schemars(with = "Vec<MessageSchema>", length(min = 1))]
+pub struct ChatFields {
+    #[serde(deserialize_with = "limits::messages")]
+    #[schemars(with = "Vec<MessageSchema>", length(min = 1, max = 4096))]
     messages: Vec<Value>,
     /// Return each generated token's log-probability.
     logprobs: Option<bool>,
     /// Most likely alternatives per token (needs `logprobs: true`).
     #[schemars(range(max = 20))]
     top_logprobs: Option<u32>,
+}
+
+/// `/v1/chat/completions`' body as the spec describes it.
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenAiChatRequest")]
+#[allow(dead_code)]
+pub struct ChatRequest {
+    #[serde(flatten)]
+    fields: ChatFields,
     #[serde(flatten)]
     common: Common,
 }
 
+/// The completion route's own fields (read beside [`Common`], as [`ChatFields`]).
 #[derive(Debug, Deserialize, JsonSchema)]
-#[schemars(rename = "OpenAiCompletionRequest")]
-pub struct CompletionRequest {
+pub struct CompletionFields {
     #[schemars(with = "PromptSchema")]
-    prompt: Value,
+    prompt: Prompt,
     /// Return each generated token's log-probability and this many alternatives.
     #[schemars(range(max = 20))]
     logprobs: Option<u32>,
+    /// Only `false`: the prompt is not echoed.
+    #[schemars(extend("enum" = [false, null]))]
+    echo: Option<bool>,
+    /// Text after the completion (fill-in-the-middle): not supported, must be absent or empty.
+    #[schemars(length(max = 0))]
+    suffix: Option<String>,
+}
+
+/// `/v1/completions`' body as the spec describes it.
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenAiCompletionRequest")]
+#[allow(dead_code)]
+pub struct CompletionRequest {
+    #[serde(flatten)]
+    fields: CompletionFields,
     #[serde(flatten)]
     common: Common,
 }
@@ -209,24 +296,107 @@ pub struct Chat {
 }
 
 impl Chat {
+    /// The settings and messages, for [`crate::AppState::prepare_chat`].
+    fn parts(&mut self) -> (&mut Settings, &[ChatMessage]) {
+        (&mut self.settings, &self.messages)
+    }
+
     pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
-        let req: ChatRequest = from_json(S, body)?;
-        let settings = settings(&req.common)?;
+        let req: ChatFields = from_json(S, body)?;
+        let common: Common = from_json(S, body)?;
+        let settings = settings(&common)?;
         let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
         let messages = some_messages(S, messages)?;
         let logprobs =
             crate::logprobs::asked(req.logprobs == Some(true), req.top_logprobs, "top_logprobs")
                 .map_err(|e| ApiError::bad_request(S, e))?;
-        Ok(Chat { common: req.common, messages, settings, logprobs })
+        Ok(Chat { common, messages, settings, logprobs })
     }
 }
 
 /// A completion's prompt: text to tokenize, or token ids (checked against the vocabulary when
-/// the model is at hand).
+/// the model is at hand). Read without buffering: a string, a list of one string, or at most
+/// [`limits::MAX_PROMPT_IDS`] ids, each kept as a `u32` as it is parsed.
 #[derive(Debug)]
 pub enum Prompt {
     Text(String),
-    Ids(Vec<u64>),
+    Ids(Vec<u32>),
+}
+
+const PROMPT_SHAPE: &str = "prompt must be a string, a list of one string, or a list of token ids";
+
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Prompt, D::Error> {
+        use serde::de::{Error, SeqAccess, Visitor};
+        /// One element of a prompt list: a string or a token id.
+        enum Elem {
+            Text(String),
+            Id(u32),
+        }
+        impl<'de> Deserialize<'de> for Elem {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Elem, D::Error> {
+                struct E;
+                impl Visitor<'_> for E {
+                    type Value = Elem;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a string or a token id")
+                    }
+                    fn visit_str<X: Error>(self, v: &str) -> Result<Elem, X> {
+                        Ok(Elem::Text(v.to_string()))
+                    }
+                    fn visit_u64<X: Error>(self, v: u64) -> Result<Elem, X> {
+                        u32::try_from(v).map(Elem::Id).map_err(|_| {
+                            X::custom(format!("prompt token id {v} is outside any vocabulary"))
+                        })
+                    }
+                    fn visit_i64<X: Error>(self, v: i64) -> Result<Elem, X> {
+                        Err(X::custom(format!("prompt token id {v} is negative")))
+                    }
+                }
+                d.deserialize_any(E)
+            }
+        }
+        struct P;
+        impl<'de> Visitor<'de> for P {
+            type Value = Prompt;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(PROMPT_SHAPE)
+            }
+            fn visit_str<X: Error>(self, v: &str) -> Result<Prompt, X> {
+                Ok(Prompt::Text(v.to_string()))
+            }
+            fn visit_string<X: Error>(self, v: String) -> Result<Prompt, X> {
+                Ok(Prompt::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Prompt, A::Error> {
+                let mut ids = Vec::new();
+                match seq.next_element::<Elem>()? {
+                    None => return Ok(Prompt::Ids(ids)),
+                    Some(Elem::Text(t)) => {
+                        return match seq.next_element::<serde::de::IgnoredAny>()? {
+                            None => Ok(Prompt::Text(t)),
+                            Some(_) => Err(A::Error::custom(
+                                "prompt lists of more than one string are not supported: send one prompt per request",
+                            )),
+                        }
+                    }
+                    Some(Elem::Id(t)) => ids.push(t),
+                }
+                while let Some(e) = seq.next_element::<Elem>()? {
+                    let Elem::Id(t) = e else { return Err(A::Error::custom(PROMPT_SHAPE)) };
+                    if ids.len() == limits::MAX_PROMPT_IDS {
+                        return Err(A::Error::custom(limits::too_many(
+                            "prompt",
+                            limits::MAX_PROMPT_IDS,
+                        )));
+                    }
+                    ids.push(t);
+                }
+                Ok(Prompt::Ids(ids))
+            }
+        }
+        d.deserialize_any(P)
+    }
 }
 
 /// `/v1/completions`' request, decoded and validated.
@@ -241,50 +411,87 @@ pub struct Completion {
 
 impl Completion {
     pub fn decode(body: &[u8]) -> Result<Completion, ApiError> {
-        let req: CompletionRequest = from_json(S, body)?;
-        let settings = settings(&req.common)?;
-        let prompt = match req.prompt {
-            Value::String(s) => Prompt::Text(s),
-            Value::Array(mut a) if a.len() == 1 && a[0].is_string() => match a.pop() {
-                Some(Value::String(s)) => Prompt::Text(s),
-                _ => Prompt::Text(String::new()),
-            },
-            Value::Array(a) if a.iter().all(Value::is_u64) => {
-                Prompt::Ids(a.iter().filter_map(Value::as_u64).collect())
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    S,
-                    "prompt must be a string, a list of one string, or a list of token ids",
-                ))
-            }
-        };
+        let req: CompletionFields = from_json(S, body)?;
+        let common: Common = from_json(S, body)?;
+        if req.echo == Some(true) {
+            return Err(ApiError::bad_request(
+                S,
+                "echo is not supported: the answer never repeats the prompt; send echo false or leave it out",
+            ));
+        }
+        if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::bad_request(
+                S,
+                "suffix is not supported: snug does not fill in the middle; leave it out",
+            ));
+        }
+        let settings = settings(&common)?;
+        let prompt = req.prompt;
         let logprobs = crate::logprobs::asked(req.logprobs.is_some(), req.logprobs, "logprobs")
             .map_err(|e| ApiError::bad_request(S, e))?;
-        Ok(Completion { common: req.common, prompt, settings, logprobs })
+        Ok(Completion { common, prompt, settings, logprobs })
     }
 }
 
-/// Checks `n`, the sampling settings and the token limit.
-fn settings(c: &Common) -> Result<Settings, ApiError> {
-    if c.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request(
-            S,
-            "n must be 1: this server returns one choice per request",
-        ));
-    }
-    let demands_call = match &c.tool_choice {
-        None => false,
+/// Whether a `tool_choice` (or `function_call`) demands a call: anything but absent, `"none"`
+/// or `"auto"`.
+fn demands_call(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
         Some(Value::String(t)) => t != "none" && t != "auto",
         Some(_) => true,
-    };
-    if c.tools.as_ref().is_some_and(|t| !t.is_empty()) || demands_call {
-        return Err(ApiError::bad_request(
-            S,
+    }
+}
+
+/// The fields snug reads but cannot honour, each a 400 naming it.
+fn refuse_unsupported(c: &Common) -> Result<(), ApiError> {
+    let bad = |m: &str| Err(ApiError::bad_request(S, m.to_string()));
+    if c.n.is_some_and(|n| n != 1) {
+        return bad("n must be 1: this server returns one choice per request");
+    }
+    if c.best_of.is_some_and(|n| n != 1) {
+        return bad("best_of must be 1: this server samples one answer per request");
+    }
+    let listed = |l: &Option<Vec<Value>>| l.as_ref().is_some_and(|t| !t.is_empty());
+    if listed(&c.tools) || demands_call(&c.tool_choice) {
+        return bad(
             "tools are not supported: snug does not call functions; send the request without \
              `tools` (and with `tool_choice` absent, \"none\" or \"auto\")",
-        ));
+        );
     }
+    if listed(&c.functions) || demands_call(&c.function_call) {
+        return bad("functions are not supported: snug does not call functions; send the request \
+             without `functions` (and with `function_call` absent, \"none\" or \"auto\")");
+    }
+    if c.modalities.as_ref().is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))) {
+        return bad("modalities may only be [\"text\"]: snug answers in text");
+    }
+    if c.audio.as_ref().is_some_and(|a| !a.is_null()) {
+        return bad("audio output is not supported: leave `audio` out");
+    }
+    if c.prediction.as_ref().is_some_and(|a| !a.is_null()) {
+        return bad("predicted outputs are not supported: leave `prediction` out");
+    }
+    if c.temperature.is_some_and(|t| !(0.0..=MAX_TEMPERATURE).contains(&t)) {
+        return bad("temperature must be between 0 (greedy) and 2");
+    }
+    if let Some(l) = &c.lora {
+        if let Some(i) = l.iter().position(|e| e.scale.abs() > MAX_LORA_SCALE) {
+            return Err(ApiError::bad_request(
+                S,
+                format!(
+                    "lora[{i}].scale is {}; a scale must be within ±{MAX_LORA_SCALE}",
+                    l[i].scale
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `n`, the unsupported fields, the sampling settings and the token limit.
+fn settings(c: &Common) -> Result<Settings, ApiError> {
+    refuse_unsupported(c)?;
     let knobs = Knobs {
         temperature: c.temperature,
         top_k: c.top_k,
@@ -301,6 +508,7 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
     }
     let max = c.max_completion_tokens.or(c.max_tokens).map(|n| n.min(usize::MAX as u64) as usize);
     let mut s = Settings::new(S, &knobs, max, Stop::into_vec(c.stop.clone()))?;
+    s.logit_bias = c.logit_bias.clone().unwrap_or_default();
     s.json = match c.response_format.as_ref() {
         None => None,
         Some(f) => match f.kind {
@@ -391,13 +599,14 @@ fn message(v: Value) -> Result<ChatMessage, ApiError> {
 /// rendering too.
 fn start(
     st: &crate::AppState,
+    ticket: Ticket,
     kind: Kind,
     s: Settings,
     prompt: Vec<u32>,
     adapters: AdapterSet,
     logprobs: Option<usize>,
 ) -> Result<(tokio::sync::mpsc::UnboundedReceiver<Event>, Option<Rendering>), ApiError> {
-    let (rx, lp) = st.submit(S, prompt, s, adapters, logprobs)?;
+    let (rx, lp) = st.submit(S, ticket, prompt, s, adapters, logprobs)?;
     let chat = matches!(kind, Kind::Chat);
     Ok((rx, lp.map(|lp| Rendering::new(lp, st.tok.clone(), chat))))
 }
@@ -449,6 +658,7 @@ impl Kind {
 
 async fn respond(
     st: &crate::AppState,
+    ticket: Ticket,
     kind: Kind,
     c: &Common,
     settings: Settings,
@@ -456,7 +666,7 @@ async fn respond(
     logprobs: Option<usize>,
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
-    let (rx, mut lp) = start(st, kind, settings, prompt, adapters, logprobs)?;
+    let (rx, mut lp) = start(st, ticket, kind, settings, prompt, adapters, logprobs)?;
     let (id, created, model) =
         (next_id(kind.id_prefix()), unix_now(), st.answer_model(c.model.as_deref()));
     let frame = move |choices: Value, usage: Option<Value>| {
@@ -516,32 +726,41 @@ async fn respond(
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req = Chat::decode(&body_bytes(S, body)?)?;
-        let prompt = st.chat_prompt(S, &req.messages)?;
-        respond(&st, Kind::Chat, &req.common, req.settings, prompt, req.logprobs).await
+        let body = body_bytes(S, body)?;
+        let (ticket, req, prompt) = st.prepare_chat(S, body, Chat::decode, Chat::parts).await?;
+        respond(&st, ticket, Kind::Chat, &req.common, req.settings, prompt, req.logprobs).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
-        let req = Completion::decode(&body_bytes(S, body)?)?;
-        let prompt = match &req.prompt {
-            Prompt::Text(s) => st.tok.encode(s, true, true),
-            Prompt::Ids(ids) => {
-                let n_vocab = st.tok.n_vocab() as u64;
-                ids.iter()
-                    .map(|&t| (t < n_vocab).then_some(t as u32))
-                    .collect::<Option<Vec<u32>>>()
-                    .ok_or_else(|| {
-                        ApiError::bad_request(
-                            S,
-                            format!("a prompt token id is outside the vocabulary of {n_vocab}"),
-                        )
-                    })?
-            }
-        };
-        respond(&st, Kind::Text, &req.common, req.settings, prompt, req.logprobs).await
+        let (ticket, req, prompt) = st
+            .prepare(S, body_bytes(S, body)?, |app, body| {
+                let mut req = Completion::decode(body)?;
+                req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
+                let prompt = match std::mem::replace(&mut req.prompt, Prompt::Ids(Vec::new())) {
+                    Prompt::Text(s) => {
+                        app.check_text_len(S, s.len())?;
+                        app.tok.encode(&s, true, true)
+                    }
+                    Prompt::Ids(ids) => {
+                        let n_vocab = app.tok.n_vocab();
+                        if let Some(t) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                            return Err(ApiError::bad_request(
+                                S,
+                                format!(
+                                    "prompt token id {t} is outside the vocabulary of {n_vocab}"
+                                ),
+                            ));
+                        }
+                        ids
+                    }
+                };
+                Ok((req, prompt))
+            })
+            .await?;
+        respond(&st, ticket, Kind::Text, &req.common, req.settings, prompt, req.logprobs).await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

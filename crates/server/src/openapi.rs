@@ -130,7 +130,10 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
             &[400, 404, 413, 500],
             g,
         ),
-        get("/health", "Liveness: answers once the model is loaded (no API key needed)", ok("Alive", json_content(schema_ref("Health")))),
+        Route {
+            errors: &[503],
+            ..get("/health", "Liveness: 200 while the scheduler runs (no API key needed); 503 once it has stopped, so a supervisor restarts the server", ok("Alive", json_content(schema_ref("Health"))))
+        },
         get("/metrics", "Prometheus metrics (OpenMetrics text)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
         get("/openapi.json", "This document", ok("OpenAPI 3.0", json_content(json!({"type": "object"})))),
         get("/v1/adapters", "The registered LoRA adapters (request one with `model: BASE:NAME`)", ok("Adapters", json_content(schema_ref("AdapterList")))),
@@ -175,8 +178,8 @@ fn error_response(style: Style, status: u16) -> Value {
             409 => "An adapter of that name is already registered",
             413 => "The body is larger than the server accepts",
             429 => "Every sequence is running and the queue is full: retry after `Retry-After` seconds",
-            500 => "The model failed to answer (the message says why)",
-            _ => "The server is stopping",
+            500 => "The model failed to answer, or this request hit an internal error (the message says why; other requests go on)",
+            _ => "The server is stopping, or its scheduler has stopped",
         },
         "content": {"application/json": {"schema": schema}},
     });

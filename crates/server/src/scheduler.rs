@@ -45,7 +45,8 @@
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,6 +81,25 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// The LoRA adapters the sequence runs with, leased until it ends (empty: the bare model).
     pub adapters: AdapterSet,
+    /// Added to these tokens' logits before sampling (OpenAI's `logit_bias`; ids in the
+    /// vocabulary, checked by the caller; others are skipped). Log-probabilities stay the
+    /// model's own.
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Request {
+    /// A request on the bare model, with no JSON mode and no logit bias.
+    fn bare(
+        prompt: Vec<u32>,
+        sampling: SamplerParams,
+        max_tokens: usize,
+        stop: Vec<String>,
+        logprobs: Option<usize>,
+    ) -> Request {
+        let adapters = AdapterSet::default();
+        let logit_bias = Vec::new();
+        Request { prompt, sampling, max_tokens, stop, json: None, logprobs, adapters, logit_bias }
+    }
 }
 
 /// A [`Request`] on its way through the scheduler, with the channels its answer goes to.
@@ -126,13 +146,19 @@ pub struct Finish {
 /// Why a job was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
-    #[error("the server is busy: all {slots} sequences are running and {queue} requests are waiting; retry shortly")]
-    Busy { slots: usize, queue: usize },
+    #[error("the server is busy: all {slots} sequences are running and {queue} requests are waiting; retry in {retry_after} s")]
+    Busy {
+        slots: usize,
+        queue: usize,
+        /// Seconds until a slot is likely free: the jobs ahead times the recent mean job time,
+        /// over the slots (at least 1).
+        retry_after: u64,
+    },
     #[error("the prompt has {n_prompt} tokens but the context holds {n_ctx} positions (a prompt may use at most {max}); shorten it")]
     TooLong { n_prompt: usize, n_ctx: usize, max: usize },
     #[error("the prompt is empty: give at least one token of text")]
     Empty,
-    #[error("the scheduler has stopped")]
+    #[error("the scheduler has stopped: restart the server")]
     Down,
 }
 
@@ -192,6 +218,59 @@ pub struct Handle {
     /// Blocks in the KV pool: `kv_blocks_used + kv_blocks_free + kv_blocks_cached`.
     pub kv_blocks: usize,
     shed: Shed,
+    /// Shared with the scheduler thread: its liveness and recent mean job time.
+    life: Arc<Life>,
+}
+
+/// What the scheduler thread tells the handles about itself.
+#[derive(Debug)]
+struct Life {
+    /// False once the thread has ended (returned or unwound).
+    alive: AtomicBool,
+    /// Exponential mean of the seconds a job holds a slot (`f64` bits; 0: none finished yet).
+    mean_job: AtomicU64,
+}
+
+impl Life {
+    const ALPHA: f64 = 0.2;
+
+    fn mean_job(&self) -> f64 {
+        f64::from_bits(self.mean_job.load(Ordering::Relaxed))
+    }
+
+    fn observe_job(&self, secs: f64) {
+        let old = self.mean_job();
+        let new = if old == 0.0 { secs } else { old + Self::ALPHA * (secs - old) };
+        self.mean_job.store(new.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Marks the scheduler dead when its thread ends, however it ends (a panic that escaped every
+/// per-job guard unwinds through this).
+struct AliveGuard(Arc<Life>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::Release);
+    }
+}
+
+/// A place among the scheduler's outstanding jobs, taken before a request's expensive work
+/// (decode, render, tokenize) so a full server refuses at once; dropped unused, it gives the
+/// place back.
+#[derive(Debug)]
+pub struct Ticket {
+    outstanding: Arc<AtomicUsize>,
+    queued: Gauge,
+    armed: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.armed {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// A request to drop the prefix cache (memory pressure), honoured before the scheduler's next
@@ -217,8 +296,60 @@ impl Handle {
         self.shed.request();
     }
 
-    /// Queues `job`, or refuses at once when it can never run or the queue is full.
-    fn submit(&self, job: Job) -> Result<(), Refused> {
+    /// True while the scheduler thread runs (it survives a panicking job; this is false only
+    /// if the thread itself is gone, when every request gets [`Refused::Down`]).
+    pub fn is_alive(&self) -> bool {
+        self.life.alive.load(Ordering::Acquire)
+    }
+
+    /// Jobs waiting or running, plus tickets held by requests still being prepared.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
+    }
+
+    /// Recent mean seconds a job holds a slot (0 before any finished).
+    pub fn mean_job_secs(&self) -> f64 {
+        self.life.mean_job()
+    }
+
+    /// Seconds a refused client should wait: the jobs ahead of it (those waiting, plus itself)
+    /// times the recent mean job time, over the slots; at least 1, at most an hour.
+    pub fn retry_after(&self) -> u64 {
+        let ahead = self.outstanding().saturating_sub(self.n_seq) + 1;
+        let secs = ahead as f64 * self.life.mean_job() / self.n_seq.max(1) as f64;
+        if secs.is_finite() {
+            secs.ceil().clamp(1.0, 3600.0) as u64
+        } else {
+            1
+        }
+    }
+
+    /// A place for one job, or [`Refused::Busy`] (all slots and the queue taken) or
+    /// [`Refused::Down`] at once: the cheap admission check a handler makes before any work.
+    /// Admission counts jobs, not channel slots: the scheduler takes jobs only between steps,
+    /// so two arriving during one step must not be refused while slots are free.
+    pub fn reserve(&self) -> Result<Ticket, Refused> {
+        if !self.is_alive() {
+            return Err(Refused::Down);
+        }
+        let ticket = Ticket {
+            outstanding: self.outstanding.clone(),
+            queued: self.counters.queued.clone(),
+            armed: true,
+        };
+        if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.n_seq + self.queue {
+            drop(ticket);
+            return Err(Refused::Busy {
+                slots: self.n_seq,
+                queue: self.queue,
+                retry_after: self.retry_after(),
+            });
+        }
+        Ok(ticket)
+    }
+
+    /// Queues `job` on `ticket`'s place, or refuses at once when it can never run.
+    fn submit(&self, mut ticket: Ticket, job: Job) -> Result<(), Refused> {
         let n_prompt = job.req.prompt.len();
         if n_prompt == 0 {
             return Err(Refused::Empty);
@@ -227,18 +358,18 @@ impl Handle {
         if n_prompt > max {
             return Err(Refused::TooLong { n_prompt, n_ctx: self.n_ctx, max });
         }
-        // Admission counts jobs, not channel slots: the scheduler takes jobs only between
-        // steps, so two arriving during one step must not be refused while slots are free.
-        if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.n_seq + self.queue {
-            self.outstanding.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::Busy { slots: self.n_seq, queue: self.queue });
+        ticket.queued.inc();
+        match self.tx.send((job, Instant::now())) {
+            Ok(()) => {
+                // The scheduler gives the place back when the job leaves.
+                ticket.armed = false;
+                Ok(())
+            }
+            Err(_) => {
+                ticket.queued.dec();
+                Err(Refused::Down)
+            }
         }
-        self.counters.queued.inc();
-        self.tx.send((job, Instant::now())).map_err(|_| {
-            self.counters.queued.dec();
-            self.outstanding.fetch_sub(1, Ordering::AcqRel);
-            Refused::Down
-        })
     }
 
     /// Queues `r` with fresh channels: the receiver of the job's events and, with
@@ -246,6 +377,15 @@ impl Handle {
     /// it is part of).
     pub fn request(
         &self,
+        r: Request,
+    ) -> Result<(UnboundedReceiver<Event>, Option<UnboundedReceiver<TokenLogprob>>), Refused> {
+        self.request_on(self.reserve()?, r)
+    }
+
+    /// [`Handle::request`] on a place taken earlier with [`Handle::reserve`].
+    pub fn request_on(
+        &self,
+        ticket: Ticket,
         r: Request,
     ) -> Result<(UnboundedReceiver<Event>, Option<UnboundedReceiver<TokenLogprob>>), Refused> {
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -256,7 +396,7 @@ impl Handle {
             }
             None => (None, None),
         };
-        self.submit(Job { req: r, events, logprobs })?;
+        self.submit(ticket, Job { req: r, events, logprobs })?;
         Ok((rx, lp_rx))
     }
 
@@ -269,10 +409,7 @@ impl Handle {
         max_tokens: usize,
         stop: Vec<String>,
     ) -> Result<UnboundedReceiver<Event>, Refused> {
-        let adapters = AdapterSet::default();
-        let r =
-            Request { prompt, sampling, max_tokens, stop, json: None, logprobs: None, adapters };
-        Ok(self.request(r)?.0)
+        Ok(self.request(Request::bare(prompt, sampling, max_tokens, stop, None))?.0)
     }
 
     /// [`Handle::start`] with each generated token's log-probability and `top` alternatives
@@ -285,16 +422,7 @@ impl Handle {
         stop: Vec<String>,
         top: usize,
     ) -> Result<(UnboundedReceiver<Event>, UnboundedReceiver<TokenLogprob>), Refused> {
-        let adapters = AdapterSet::default();
-        let r = Request {
-            prompt,
-            sampling,
-            max_tokens,
-            stop,
-            json: None,
-            logprobs: Some(top),
-            adapters,
-        };
+        let r = Request::bare(prompt, sampling, max_tokens, stop, Some(top));
         match self.request(r)? {
             (rx, Some(lp)) => Ok((rx, lp)),
             (_, None) => unreachable!("a request with logprobs has their receiver"),
@@ -332,7 +460,8 @@ pub fn spawn_with_shed<R: 'static>(
     shed: Shed,
     make: impl FnOnce() -> Result<(Context, R), ServeError> + Send + 'static,
 ) -> Result<Handle, ServeError> {
-    let queue = opts.queue.max(1);
+    // 0 is honoured: no request waits, one past the slots is refused at once.
+    let queue = opts.queue;
     // Unbounded: `outstanding` bounds it to the slots plus the queue.
     let (tx, rx) = mpsc::channel();
     let outstanding = Arc::new(AtomicUsize::new(0));
@@ -340,10 +469,13 @@ pub fn spawn_with_shed<R: 'static>(
     let (ready_tx, ready_rx) = mpsc::channel();
     let c = counters.clone();
     let shed2 = shed.clone();
+    let life = Arc::new(Life { alive: AtomicBool::new(true), mean_job: AtomicU64::new(0) });
+    let life2 = life.clone();
     std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
         Ok((ctx, keep)) => {
+            let _alive = AliveGuard(life2.clone());
             let sizes = (ctx.params.n_seq_max, ctx.params.n_ctx);
-            let sched = Scheduler::new(ctx, tok, rx, outstanding2, c, opts, shed2);
+            let sched = Scheduler::new(ctx, tok, rx, outstanding2, c, opts, shed2, life2);
             let b = sched.publish_blocks();
             let _ = ready_tx.send(Ok((sizes.0, sizes.1, b.used + b.free + b.cached)));
             sched.run();
@@ -354,7 +486,7 @@ pub fn spawn_with_shed<R: 'static>(
         }
     })?;
     let (n_seq, n_ctx, kv_blocks) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
-    Ok(Handle { tx, outstanding, counters, n_seq, queue, n_ctx, kv_blocks, shed })
+    Ok(Handle { tx, outstanding, counters, n_seq, queue, n_ctx, kv_blocks, shed, life })
 }
 
 /// One running request in a slot.
@@ -457,9 +589,17 @@ struct Scheduler {
     /// What JSON mode's mask reads of each token and the masked copy of an output row (built
     /// at the first JSON-mode request; `JsonVocab::heap_bytes`, which the plan counts).
     json_vocab: Option<JsonVocab>,
+    /// Jobs taken off the channel, waiting for a slot (the channel is drained every loop, so a
+    /// queued job whose client left stops counting at the next step, not when a slot frees).
+    waiting: VecDeque<(Job, Instant)>,
+    life: Arc<Life>,
+    /// An output row with a request's `logit_bias` added (allocated at the first such request:
+    /// 4 bytes per vocabulary entry).
+    biased: Vec<f32>,
 }
 
 impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         ctx: Context,
         tok: Arc<Tokenizer>,
@@ -468,6 +608,7 @@ impl Scheduler {
         counters: Counters,
         opts: SchedulerOptions,
         shed: Shed,
+        life: Arc<Life>,
     ) -> Scheduler {
         let n_seq = ctx.params.n_seq_max.max(1);
         Scheduler {
@@ -484,6 +625,9 @@ impl Scheduler {
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
             shed,
             json_vocab: None,
+            waiting: VecDeque::new(),
+            life,
+            biased: Vec::new(),
         }
     }
 
@@ -516,64 +660,130 @@ impl Scheduler {
             if self.order.is_empty() {
                 continue;
             }
-            self.step();
+            // A panic outside the per-sequence guards (the forward pass, the prefix cache)
+            // fails the sequences of this step; the scheduler goes on with the next.
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.step())) {
+                self.fail_all(&format!("internal error in a scheduler step: {}", panic_text(&*p)));
+            }
         }
+    }
+
+    /// Fails and frees every running sequence with `msg`.
+    fn fail_all(&mut self, msg: &str) {
+        let running: Vec<usize> = self.order.iter().copied().collect();
+        for s in running {
+            self.fail(s, msg);
+        }
+    }
+
+    /// Fails the sequence in `slot` with `msg` (a 500 in the API's shape) and frees the slot.
+    fn fail(&mut self, slot: usize, msg: &str) {
+        if let Some(q) = self.release(slot) {
+            let _ = q.job.events.send(Event::Failed(msg.to_string()));
+        }
+    }
+
+    /// Takes every job off the channel (without blocking) and forgets the waiting ones whose
+    /// client went away; blocks for one when nothing runs or waits. False once every
+    /// submitter is gone and nothing runs or waits.
+    fn take_jobs(&mut self) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(j) => self.waiting.push_back(j),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    if self.order.is_empty() && self.waiting.is_empty() {
+                        return false;
+                    }
+                    break;
+                }
+            }
+        }
+        let before = self.waiting.len();
+        self.waiting.retain(|(j, _)| !j.events.is_closed());
+        for _ in self.waiting.len()..before {
+            self.counters.queued.dec();
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.order.is_empty() && self.waiting.is_empty() {
+            match self.rx.recv() {
+                Ok(j) => self.waiting.push_back(j),
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     /// Moves waiting jobs into free slots; blocks when nothing runs. False once every
     /// submitter is gone and nothing runs.
     fn admit(&mut self) -> bool {
+        if !self.take_jobs() {
+            return false;
+        }
         while let Some(slot) = self.slots.iter().position(Option::is_none) {
-            let next = if self.order.is_empty() {
-                match self.rx.recv() {
-                    Ok(j) => j,
-                    Err(_) => return false,
-                }
-            } else {
-                match self.rx.try_recv() {
-                    Ok(j) => j,
-                    Err(_) => break,
-                }
-            };
+            let Some((job, submitted)) = self.waiting.pop_front() else { break };
             self.counters.queued.dec();
-            let (job, submitted) = next;
             if job.events.is_closed() {
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
-            let n_vocab = self.ctx.config().n_vocab;
-            let mut sampler = Sampler::new(job.req.sampling.clone(), n_vocab);
-            for &t in &job.req.prompt {
-                sampler.accept(t);
-            }
-            if let Err(e) = self.ctx.set_adapters(slot, &job.req.adapters.loras()) {
+            let events = job.events.clone();
+            let admitted = catch_unwind(AssertUnwindSafe(|| self.admit_one(slot, job, submitted)));
+            if let Err(p) = admitted {
+                // Only this job fails: its slot is cleared and its place given back.
+                let msg =
+                    format!("internal error while starting this request: {}", panic_text(&*p));
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    self.ctx.kv.seq_clear(slot);
+                    let _ = self.ctx.set_adapters(slot, &[]);
+                }));
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
-                let _ = job.events.send(Event::Failed(format!("the adapters do not apply: {e}")));
-                continue;
+                let _ = events.send(Event::Failed(msg));
             }
-            self.shed_if_asked();
-            let hit = self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt);
-            self.counters.prefix_hit_tokens.inc_by(hit as u64);
-            self.slots[slot] = Some(Seq {
-                sampler,
-                decoder: StreamDecoder::new(self.tok.clone()),
-                stops: StopMatcher::new(&job.req.stop),
-                json: job.req.json.as_ref().map(JsonMask::new),
-                tokens: job.req.prompt.clone(),
-                n_past: hit,
-                next: 0,
-                n_gen: 0,
-                stop_hit: false,
-                submitted,
-                admitted: Instant::now(),
-                first: None,
-                last: None,
-                job,
-            });
-            self.order.push_back(slot);
-            self.counters.running.inc();
         }
         true
+    }
+
+    /// Starts `job` in the free `slot` (its sampler, adapters and prefix-cache hit).
+    fn admit_one(&mut self, slot: usize, job: Job, submitted: Instant) {
+        fault::check(&job.req, fault::Phase::Admit);
+        let n_vocab = self.ctx.config().n_vocab;
+        // A request's number never sizes an allocation past the context: the HTTP side refuses
+        // a larger window, and this holds for any other caller.
+        let mut params = job.req.sampling.clone();
+        params.repeat_last_n = params.repeat_last_n.min(self.ctx.params.n_ctx);
+        let mut sampler = Sampler::new(params, n_vocab);
+        for &t in &job.req.prompt {
+            sampler.accept(t);
+        }
+        if let Err(e) = self.ctx.set_adapters(slot, &job.req.adapters.loras()) {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            let _ = job.events.send(Event::Failed(format!("the adapters do not apply: {e}")));
+            return;
+        }
+        self.shed_if_asked();
+        let hit = self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt);
+        self.counters.prefix_hit_tokens.inc_by(hit as u64);
+        let seq = Seq {
+            sampler,
+            decoder: StreamDecoder::new(self.tok.clone()),
+            stops: StopMatcher::new(&job.req.stop),
+            json: job.req.json.as_ref().map(JsonMask::new),
+            tokens: job.req.prompt.clone(),
+            n_past: hit,
+            next: 0,
+            n_gen: 0,
+            stop_hit: false,
+            submitted,
+            admitted: Instant::now(),
+            first: None,
+            last: None,
+            job,
+        };
+        // Nothing below can panic: the slot is taken only once the sequence is whole.
+        self.slots[slot] = Some(seq);
+        self.order.push_back(slot);
+        self.counters.running.inc();
     }
 
     /// Frees the slot (and at once its KV blocks) of every job whose client went away.
@@ -592,13 +802,22 @@ impl Scheduler {
     /// Empties `slot` and frees its KV blocks; returns what ran there.
     fn release(&mut self, slot: usize) -> Option<Seq> {
         let q = self.slots[slot].take()?;
-        self.ctx.kv.seq_clear(slot);
-        // Clearing a sequence's adapters cannot fail (the set is empty); the leases go with `q`.
-        let _ = self.ctx.set_adapters(slot, &[]);
+        self.life.observe_job(q.admitted.elapsed().as_secs_f64());
         self.order.retain(|&s| s != slot);
         self.counters.running.dec();
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
-        self.publish_blocks();
+        // Guarded: after a panic in a step the KV cache may be half-updated, and freeing it
+        // must not lose the job's place or its answer.
+        let freed = catch_unwind(AssertUnwindSafe(|| {
+            self.ctx.kv.seq_clear(slot);
+            // Clearing a sequence's adapters cannot fail (the set is empty); the leases go
+            // with `q`.
+            let _ = self.ctx.set_adapters(slot, &[]);
+            self.publish_blocks();
+        }));
+        if freed.is_err() {
+            eprintln!("snug: freeing sequence {slot} panicked; its KV blocks may stay held");
+        }
         Some(q)
     }
 
@@ -667,7 +886,16 @@ impl Scheduler {
         self.publish_blocks();
         let rows = std::mem::take(&mut self.rows);
         for (row, &s) in rows.iter().enumerate() {
-            if let Some(reason) = self.sample(row, s) {
+            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(row, s)));
+            let sampled = match sampled {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = format!("internal error while sampling: {}", panic_text(&*p));
+                    self.fail(s, &msg);
+                    continue;
+                }
+            };
+            if let Some(reason) = sampled {
                 // The slot is free before the client hears that the job is done.
                 let Some(mut q) = self.release(s) else { continue };
                 // Text held back for a possible stop string is released at the end, unless a
@@ -690,8 +918,21 @@ impl Scheduler {
     /// stop, if it is done.
     fn sample(&mut self, row: usize, s: usize) -> Option<FinishReason> {
         let n_ctx = self.ctx.params.n_ctx;
-        let logits = self.ctx.logits(row);
-        let q = self.slots[s].as_mut().expect("sampled slots are occupied");
+        let raw = self.ctx.logits(row);
+        let q = self.slots[s].as_mut()?;
+        fault::check(&q.job.req, fault::Phase::Sample);
+        let logits = if q.job.req.logit_bias.is_empty() {
+            raw
+        } else {
+            self.biased.clear();
+            self.biased.extend_from_slice(raw);
+            for &(t, b) in &q.job.req.logit_bias {
+                if let Some(l) = self.biased.get_mut(t as usize) {
+                    *l += b;
+                }
+            }
+            &self.biased[..]
+        };
         let tok = match &mut q.json {
             None => q.sampler.sample(logits),
             Some(json) => {
@@ -737,7 +978,7 @@ impl Scheduler {
         q.n_gen += 1;
         self.counters.generated_tokens.inc();
         if let (Some(top), Some(tx)) = (q.job.req.logprobs, &q.job.logprobs) {
-            let _ = tx.send(TokenLogprob::from_logits(logits, tok, top));
+            let _ = tx.send(TokenLogprob::from_logits(raw, tok, top));
         }
         let piece = q.decoder.push(tok);
         let (text, hit) = q.stops.push(&piece);
@@ -762,4 +1003,51 @@ impl Scheduler {
         q.tokens.push(tok);
         None
     }
+}
+
+/// A panic's message, for the failed request's error.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
+        (Some(s), _) => format!("{s}; the request was dropped, others go on"),
+        (_, Some(s)) => format!("{s}; the request was dropped, others go on"),
+        _ => "a panic; the request was dropped, others go on".to_string(),
+    }
+}
+
+/// Fault injection for the survival tests, compiled only with debug assertions (the `ci` and
+/// test profiles; never in a release build) and armed only by the server's environment:
+/// `SNUG_TEST_PANIC=PHASE:SEED[,PHASE:SEED…]` with PHASE `admit` or `sample` makes a job with
+/// that sampling seed panic there. No request can arm it.
+mod fault {
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub(super) enum Phase {
+        Admit,
+        Sample,
+    }
+
+    #[cfg(debug_assertions)]
+    pub(super) fn check(req: &super::Request, at: Phase) {
+        use std::sync::OnceLock;
+        static ARMED: OnceLock<Vec<(Phase, u64)>> = OnceLock::new();
+        let armed = ARMED.get_or_init(|| {
+            let v = std::env::var("SNUG_TEST_PANIC").unwrap_or_default();
+            let one = |p: &str| {
+                let (phase, seed) = p.split_once(':')?;
+                let phase = match phase {
+                    "admit" => Phase::Admit,
+                    "sample" => Phase::Sample,
+                    _ => return None,
+                };
+                Some((phase, seed.parse().ok()?))
+            };
+            v.split(',').filter_map(one).collect()
+        });
+        if armed.contains(&(at, req.sampling.seed)) {
+            panic!("injected fault at {at:?} (SNUG_TEST_PANIC)");
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    pub(super) fn check(_: &super::Request, _: Phase) {}
 }

@@ -122,7 +122,7 @@ fn a_dropped_receiver_frees_its_sequence_and_refusals_say_why() {
     // While it runs, one job waits and the next is refused.
     let waiting = greedy(&h, &tok, PROMPTS[0], 4);
     let refused = h.start(tok.encode("x", true, false), SamplerParams::greedy(), 4, vec![]);
-    assert!(matches!(refused, Err(Refused::Busy { slots: 1, queue: 1 })), "{refused:?}");
+    assert!(matches!(refused, Err(Refused::Busy { slots: 1, queue: 1, .. })), "{refused:?}");
     drop(rx);
     // The waiting job gets the freed slot and finishes.
     let t0 = Instant::now();

@@ -17,8 +17,14 @@ impl Server {
     /// Starts `snug serve MODEL --port P ARGS...` (the binary under test) and returns once it
     /// answers `GET /health`; fails with the server's stderr if it exits first.
     pub fn start(model: &Path, args: &[&str]) -> Server {
+        Server::start_with_env(model, args, &[])
+    }
+
+    /// [`Server::start`] with `env` added to the server's environment.
+    pub fn start_with_env(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_snug"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg(model)
             .args(["--port", &port.to_string()])
@@ -30,6 +36,11 @@ impl Server {
         let mut server = Server { child, port };
         server.wait_ready();
         server
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `http://127.0.0.1:PORT`.
