@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -28,6 +28,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::adapters::{AdapterSet, LoraScale};
 use crate::scheduler::{self, Event, Finish, Refused};
+use crate::transport::Deadline;
 use crate::{adapters, ollama, openai, AppState};
 
 pub type Shared = State<Arc<AppState>>;
@@ -55,6 +56,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), cors))
         .with_state(state)
 }
 
@@ -241,27 +243,59 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
     })
 }
 
-/// Counts every routed request by route and status, and checks the API key on every route but
-/// `/health`.
+/// Counts every routed request by route and status, and refuses what [`Access::check`]
+/// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
+/// is off, a body that is not JSON) before the handler runs. The body it lets through must
+/// arrive within the body timeout ([`Deadline`]).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
-    let resp = match &st.api_key {
-        Some(key) if route != "/health" && !has_key(&req, key) => ApiError::new(
-            Style::of_path(&route),
-            StatusCode::UNAUTHORIZED,
-            "this server requires an API key: send `Authorization: Bearer <key>`",
-        )
-        .with_code("invalid_api_key")
-        .into_response(),
-        _ => next.run(req).await,
+    let resp = match st.access.check(req.method(), &route, req.headers()) {
+        Err(denied) => {
+            let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::FORBIDDEN);
+            ApiError::new(Style::of_path(&route), status, denied.to_string())
+                .with_code(denied.code())
+                .into_response()
+        }
+        Ok(()) => {
+            let req = req.map(|b| Deadline::wrap(b, st.body_timeout));
+            next.run(req).await
+        }
     };
     st.metrics.record(&route, resp.status().as_u16());
     resp
 }
 
-fn has_key(req: &Request, key: &str) -> bool {
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    given.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|k| k.trim() == key)
+/// Answers a browser's CORS preflight for an origin `--allowed-origins` lists, and marks every
+/// answer to such an origin as readable by it. Other origins get no CORS headers (their
+/// requests are refused by [`guard`]).
+async fn cors(State(st): Shared, req: Request, next: Next) -> Response {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let allowed =
+        origin.as_ref().and_then(|o| o.to_str().ok()).is_some_and(|o| st.access.origin_allowed(o));
+    if !allowed {
+        return next.run(req).await;
+    }
+    let preflight = req.method() == Method::OPTIONS
+        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp =
+        if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(req).await };
+    let h = resp.headers_mut();
+    if let Some(o) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+    }
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    if preflight {
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    }
+    resp
 }
 
 async fn not_found(State(st): Shared, req: Request) -> Response {
