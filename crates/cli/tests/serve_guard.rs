@@ -260,6 +260,14 @@ fn foreign_hosts_origins_and_content_types_are_refused_on_loopback() {
         assert!(a.body.contains("--allowed-origins"), "{}", a.body);
         assert!(!a.head.contains("access-control-allow-origin"), "{}", a.head);
     }
+    // A refused body is read before the refusal, so a client that writes its whole body
+    // first (as urllib and curl do) gets the answer, not a broken pipe: 3 MiB from a page,
+    // and 3 MiB past --max-body (1 MiB) without a content type.
+    let big = format!("{{\"prompt\": \"{}\"}}", "x".repeat(3 << 20));
+    let a = request(port, "POST", "/v1/completions", &[evil, JSON], &big);
+    assert_eq!(a.status, 403, "{}", a.body);
+    let a = request(port, "POST", "/v1/completions", &[], &big);
+    assert_eq!(a.status, 413, "a body past the limit is 413 whatever its type: {}", a.body);
     p.still_serves("a foreign Origin");
 
     // A listed origin: answered with CORS headers, and its preflight granted.

@@ -121,6 +121,19 @@ fn host_name(host: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// The routes that take a JSON body (`POST`); a `POST` to another route is left to the
+/// router's 405.
+const BODY_ROUTES: [&str; 8] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/api/show",
+    "/api/chat",
+    "/api/generate",
+    "/api/pull",
+    "/v1/adapters",
+    "/lora-adapters",
+];
+
 /// Whether `method` on `route` (a matched route pattern) administers the server.
 pub fn is_admin(method: &Method, route: &str) -> bool {
     matches!(
@@ -206,7 +219,7 @@ impl Access {
                 None => {}
             }
         }
-        if method == Method::POST {
+        if method == Method::POST && BODY_ROUTES.contains(&route) {
             let ct = text(header::CONTENT_TYPE);
             let json = ct.as_deref().is_some_and(|t| {
                 t.split(';')
@@ -281,6 +294,8 @@ mod tests {
             assert!(matches!(post(&[("content-type", bad)]), Err(Denied::ContentType(_))), "{bad}");
         }
         assert!(matches!(post(&[]), Err(Denied::ContentType(_))));
+        // A POST to a route that takes none is the router's 405, not a 415.
+        assert_eq!(a.check(&Method::POST, "/v1/models", &HeaderMap::new()), Ok(()));
     }
 
     #[test]

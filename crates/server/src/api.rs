@@ -26,9 +26,10 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::access::Denied;
 use crate::adapters::{AdapterSet, LoraScale};
 use crate::scheduler::{self, Event, Finish, Refused};
-use crate::transport::Deadline;
+use crate::transport::{self, Deadline};
 use crate::{adapters, ollama, openai, AppState};
 
 pub type Shared = State<Arc<AppState>>;
@@ -245,18 +246,40 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
 
 /// Counts every routed request by route and status, and refuses what [`Access::check`]
 /// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
-/// is off, a body that is not JSON) before the handler runs. The body it lets through must
-/// arrive within the body timeout ([`Deadline`]).
+/// is off, a body that is not JSON, a `Content-Length` past `--max-body`) before the handler
+/// runs, reading and discarding the refused body first ([`transport::drain`]). The body it
+/// lets through must arrive within the body timeout ([`Deadline`]).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
-    let resp = match st.access.check(req.method(), &route, req.headers()) {
+    let style = Style::of_path(&route);
+    let length = req.headers().get(header::CONTENT_LENGTH);
+    let length = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+    // A body past the limit is a 413 whatever its type; access refusals come first.
+    let refusal = match st.access.check(req.method(), &route, req.headers()) {
+        Err(Denied::ContentType(_)) | Ok(()) if length > st.max_body as u64 => Some(
+            ApiError::new(
+                style,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than this server accepts (--max-body)",
+            )
+            .with_code("invalid_body"),
+        ),
         Err(denied) => {
             let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::FORBIDDEN);
-            ApiError::new(Style::of_path(&route), status, denied.to_string())
-                .with_code(denied.code())
-                .into_response()
+            Some(ApiError::new(style, status, denied.to_string()).with_code(denied.code()))
         }
-        Ok(()) => {
+        Ok(()) => None,
+    };
+    let resp = match refusal {
+        Some(e) => {
+            // A client waiting for `100 Continue` has sent no body yet: it reads the refusal.
+            let waits = req.headers().get(header::EXPECT).is_some_and(|v| v == "100-continue");
+            if !waits {
+                transport::drain(req.into_body(), st.body_timeout).await;
+            }
+            e.into_response()
+        }
+        None => {
             let req = req.map(|b| Deadline::wrap(b, st.body_timeout));
             next.run(req).await
         }

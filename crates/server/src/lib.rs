@@ -282,6 +282,8 @@ pub struct AppState {
     pub access: access::Access,
     /// A request body must arrive whole within this.
     pub body_timeout: std::time::Duration,
+    /// Largest request body accepted, in bytes (`Content-Length` past it: 413 before reading).
+    pub max_body: usize,
     pub started: Instant,
     pub adapters: Arc<adapters::Adapters>,
 }
@@ -333,6 +335,7 @@ pub fn serve<R: 'static>(
         api_key: opts.api_key.clone(),
         access: access::Access::default(),
         body_timeout: opts.limits.body_timeout,
+        max_body: opts.max_body,
         started: Instant::now(),
         adapters,
     };

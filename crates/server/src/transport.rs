@@ -121,6 +121,28 @@ pub async fn serve(
     Ok(())
 }
 
+/// Bytes of a refused request's body read and thrown away at most, before answering.
+pub const DRAIN_MAX: usize = 64 << 20;
+
+/// Reads and discards `body` (at most [`DRAIN_MAX`] bytes, within `within`) before a refusal
+/// is sent: most clients (Python's `urllib`, curl) send a whole body before they read the
+/// answer, so closing on an unread body gives them a broken pipe instead of the refusal. Costs
+/// time and bandwidth, no memory, and is bounded like any body.
+pub async fn drain(body: Body, within: Duration) {
+    use futures_util::StreamExt;
+    let mut data = body.into_data_stream();
+    let read = async {
+        let mut n = 0usize;
+        while let Some(Ok(chunk)) = data.next().await {
+            n += chunk.len();
+            if n > DRAIN_MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, read).await;
+}
+
 /// A request body that fails once it has taken longer than its deadline to arrive.
 pub struct Deadline {
     inner: Body,
