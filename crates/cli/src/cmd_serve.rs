@@ -8,6 +8,11 @@
 //! adapter store may keep hot: `--max-loras` times the largest adapter's converted size (f32
 //! rows, `4·r·(n_in + n_out)` bytes a matrix, read from the files' headers), or the `--lora`
 //! files' sizes if larger.
+//!
+//! Access (docs/SECURITY.md): `--api-key`/`--api-key-file`/$SNUG_API_KEY for every route but
+//! `/health`; the admin routes need `--admin-key` (or $SNUG_ADMIN_KEY) or `--allow-admin`;
+//! `--allowed-origins` for web pages; `--header-timeout`, `--body-timeout`,
+//! `--max-connections` and `--max-body` bound what one client can hold.
 
 use clap::Args;
 use runtime::RunOptions;
@@ -32,11 +37,42 @@ pub struct ServeCmd {
     #[arg(long, default_value_t = 16)]
     pub queue: usize,
     /// Require `Authorization: Bearer KEY` (default: $SNUG_API_KEY; unset: no key needed).
-    #[arg(long)]
+    /// Prefer $SNUG_API_KEY or --api-key-file: a key on the command line shows in `ps`.
+    #[arg(long, conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
-    /// Largest request body in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
+    /// Read the API key from the first line of FILE.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
+    /// A separate key for the admin routes (adding and removing adapters, default LoRA
+    /// scales, /api/pull), also accepted wherever the API key is (default: $SNUG_ADMIN_KEY).
+    /// Without it or --allow-admin those routes answer 403.
+    #[arg(long, conflicts_with_all = ["admin_key_file", "allow_admin"])]
+    pub admin_key: Option<String>,
+    /// Read the admin key from the first line of FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "allow_admin")]
+    pub admin_key_file: Option<std::path::PathBuf>,
+    /// Open the admin routes to whoever may use the API (key holders; anyone who can connect
+    /// if there is no API key, which is refused on a non-loopback --host).
+    #[arg(long)]
+    pub allow_admin: bool,
+    /// Browser origins (`http://app.example:3000`, or `*`) whose pages may call the server;
+    /// requests from other origins are refused with 403. Comma-separated or repeated.
+    #[arg(long, value_delimiter = ',', value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// Largest request body in bytes (1 MiB holds an OpenAI-sized request: a full 32k-token
+    /// context of text is ~128 KiB; images are not accepted).
+    #[arg(long, default_value_t = 1 << 20)]
     pub max_body: usize,
+    /// Seconds a client has to send a request's headers; also how long an idle kept-alive
+    /// connection stays open.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a whole request body, counted from its headers.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub body_timeout: f64,
+    /// Connections open at once; past it a connection is answered 503 and closed.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
     /// Prompt tokens computed per step while other sequences generate (default: sized so a
     /// step costs about two generation steps).
     #[arg(long)]
@@ -71,6 +107,15 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
             anyhow::bail!("--lora-dir {} is not a directory", d.display());
         }
     }
+    let keys = keys(&cmd)?;
+    let limits = server::transport::Limits {
+        header_timeout: seconds("--header-timeout", cmd.header_timeout)?,
+        body_timeout: seconds("--body-timeout", cmd.body_timeout)?,
+        max_connections: cmd.max_connections,
+    };
+    if cmd.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
     let m = open(&cmd.model)?;
     let adapter_bytes = adapter_share(&cmd, &m.model.config)?;
     let (kv_k, kv_v) = cmd.run.kv.types()?;
@@ -94,21 +139,22 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         eprintln!("{}", planned.choice.prediction.breakdown());
     }
     let name = cmd.name.clone().unwrap_or_else(|| {
+        // A path is served by its file's stem, never as the path itself (clients see the name).
         let p = std::path::Path::new(&cmd.model);
-        match p.extension() {
-            Some(e) if e == "gguf" => {
-                p.file_stem().map_or(cmd.model.clone(), |s| s.to_string_lossy().into_owned())
-            }
+        let is_path = p.extension().is_some_and(|e| e == "gguf") || p.components().count() > 1;
+        match p.file_stem() {
+            Some(s) if is_path => s.to_string_lossy().into_owned(),
             _ => cmd.model.clone(),
         }
     });
     let opts = server::ServeOptions {
         host: cmd.host,
         port: cmd.port,
-        api_key: cmd
-            .api_key
-            .or_else(|| std::env::var("SNUG_API_KEY").ok())
-            .filter(|k| !k.is_empty()),
+        api_key: keys.0,
+        admin_key: keys.1,
+        allow_admin: cmd.allow_admin,
+        allowed_origins: cmd.allowed_origins.clone(),
+        limits,
         max_body: cmd.max_body,
         queue: cmd.queue,
         prefill_chunk: cmd.prefill_chunk,
@@ -128,13 +174,68 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A positive number of seconds given to `flag`.
+fn seconds(flag: &str, s: f64) -> anyhow::Result<std::time::Duration> {
+    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
+        anyhow::bail!("{flag} must be a number of seconds above 0 and at most 86400");
+    }
+    Ok(std::time::Duration::from_secs_f64(s))
+}
+
+/// A key from `flag`, `file` or the environment variable `env`, in that order (empty: none).
+fn key(
+    flag: &Option<String>,
+    file: &Option<std::path::PathBuf>,
+    env: &str,
+) -> anyhow::Result<Option<String>> {
+    let k = match (flag, file) {
+        (Some(k), _) => {
+            eprintln!("snug: warning: a key given on the command line shows in `ps`; prefer ${env} or the -file flag");
+            Some(k.clone())
+        }
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("cannot read the key file {}: {e}", f.display()))?;
+            Some(text.lines().next().unwrap_or("").trim().to_string())
+        }
+        (None, None) => std::env::var(env).ok(),
+    };
+    Ok(k.filter(|k| !k.is_empty()))
+}
+
+/// The API key and the admin key; administration opened to anyone on a non-loopback address
+/// is refused.
+fn keys(cmd: &ServeCmd) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let api = key(&cmd.api_key, &cmd.api_key_file, "SNUG_API_KEY")?;
+    let admin = if cmd.allow_admin {
+        None
+    } else {
+        key(&cmd.admin_key, &cmd.admin_key_file, "SNUG_ADMIN_KEY")?
+    };
+    for (what, k) in [("the API key", &api), ("the admin key", &admin)] {
+        if let Some(k) = k {
+            server::access::check_key(what, k).map_err(|e| anyhow::anyhow!(e))?;
+        }
+    }
+    let loopback = matches!(cmd.host.as_str(), "localhost" | "::1")
+        || cmd.host.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+    if cmd.allow_admin && api.is_none() && !loopback {
+        anyhow::bail!(
+            "--allow-admin without an API key on --host {} would let anyone who can connect add adapters and pull models: set SNUG_API_KEY (or --admin-key instead)",
+            cmd.host
+        );
+    }
+    Ok((api, admin))
+}
+
 /// Bytes an adapter takes hot, from its GGUF header (checked against the model, nothing
 /// converted): `model::lora::hot_bytes`.
-fn hot_bytes(path: &std::path::Path, c: &model::ModelConfig) -> anyhow::Result<usize> {
-    let f = gguf::GgufFile::open(path)
-        .map_err(|e| anyhow::anyhow!("reading the adapter {}: {e}", path.display()))?;
-    model::lora::hot_bytes(&f, c)
-        .map_err(|e| anyhow::anyhow!("the adapter {}: {e}", path.display()))
+fn hot_bytes(
+    f: &gguf::GgufFile,
+    path: &std::path::Path,
+    c: &model::ModelConfig,
+) -> anyhow::Result<usize> {
+    model::lora::hot_bytes(f, c).map_err(|e| anyhow::anyhow!("the adapter {}: {e}", path.display()))
 }
 
 /// The plan's adapter share (`model::lora::share_bytes`, whole pool pages included): room for
@@ -144,12 +245,15 @@ fn hot_bytes(path: &std::path::Path, c: &model::ModelConfig) -> anyhow::Result<u
 fn adapter_share(cmd: &ServeCmd, c: &model::ModelConfig) -> anyhow::Result<u64> {
     let mut given = 0usize;
     for (path, _) in &cmd.run.lora.lora {
-        given = given.saturating_add(model::lora::share_bytes(c, 1, hot_bytes(path, c)?));
+        let f = gguf::GgufFile::open(path)
+            .map_err(|e| anyhow::anyhow!("reading the adapter {}: {e}", path.display()))?;
+        given = given.saturating_add(model::lora::share_bytes(c, 1, hot_bytes(&f, path, c)?));
     }
     let mut largest = None;
     if let Some(dir) = &cmd.lora_dir {
-        for (_, f) in server::adapters::dir_files(dir)? {
-            largest = largest.max(hot_bytes(&f, c).ok());
+        for d in server::adapters::dir_files(dir)? {
+            let f = gguf::GgufFile::from_file(&d.file, &d.stem);
+            largest = largest.max(f.ok().and_then(|f| hot_bytes(&f, &d.real, c).ok()));
         }
     }
     let dir = largest.map_or(0, |b| model::lora::share_bytes(c, cmd.max_loras, b));

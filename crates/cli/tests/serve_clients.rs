@@ -21,6 +21,8 @@ fn the_official_openai_and_ollama_clients_work_unchanged() {
             ALIAS,
             "--api-key",
             KEY,
+            // The script pulls (an admin route) with the API key.
+            "--allow-admin",
             "--parallel",
             "2",
             "--queue",

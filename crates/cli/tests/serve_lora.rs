@@ -237,7 +237,9 @@ fn adapters_are_listed_added_removed_and_confined_over_http() {
     let base_model = common::model(ALIAS);
     let dir = adapter_dir("routes");
     let dir_arg = dir.to_str().unwrap();
-    let mut args = vec!["--lora-dir", dir_arg, "--parallel", "2", "--api-key", KEY];
+    // --allow-admin: key holders may add and remove adapters and set default scales.
+    let mut args =
+        vec!["--lora-dir", dir_arg, "--parallel", "2", "--api-key", KEY, "--allow-admin"];
     args.extend(COMMON);
     let s = Server::start(&base_model, &args);
 
@@ -382,6 +384,7 @@ fn serve_lora_applies_the_adapter_to_every_request_by_default() {
     let qv = refdata_adapter();
     let run_qv = snug_run(&base_model, &["--lora", qv.to_str().unwrap()]);
     let mut args = vec!["--lora", qv.to_str().unwrap(), "--parallel", "1", "--api-key", KEY];
+    args.push("--allow-admin");
     args.extend(COMMON);
     let s = Server::start(&base_model, &args);
     assert_eq!(answer(&s, json!({})), run_qv, "--lora applies by default");

@@ -22,7 +22,20 @@ fn every_response_matches_the_openapi_spec_and_none_is_a_5xx() {
     let model = common::model(ALIAS);
     let server = Server::start(
         &model,
-        &["--name", ALIAS, "--parallel", "2", "--queue", "8", "--ctx", "64", "--threads", "2"],
+        // --allow-admin: the admin routes are tested too (else they only answer 403).
+        &[
+            "--name",
+            ALIAS,
+            "--parallel",
+            "2",
+            "--queue",
+            "8",
+            "--ctx",
+            "64",
+            "--threads",
+            "2",
+            "--allow-admin",
+        ],
     );
     let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
     let report = std::env::temp_dir().join(format!("snug-schemathesis-{}", std::process::id()));

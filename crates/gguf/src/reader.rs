@@ -108,8 +108,15 @@ impl GgufFile {
         let path = path.as_ref();
         let file = std::fs::File::open(path)
             .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
-        let map = Mapping::open(&file)
-            .map_err(|e| GgufError::Io { path: path.display().to_string(), source: e })?;
+        Self::from_file(&file, &path.display().to_string())
+    }
+
+    /// Maps the already open `file` read-only and parses its header; `label` names it in
+    /// errors. For a file whose handle was checked after opening it (nothing reopens a path
+    /// that may have changed since).
+    pub fn from_file(file: &std::fs::File, label: &str) -> Result<GgufFile, GgufError> {
+        let map = Mapping::open(file)
+            .map_err(|e| GgufError::Io { path: label.to_string(), source: e })?;
         // Ask for 2 MiB page-cache folios: where the filesystem supports large folios (ext4,
         // xfs on recent kernels) the weights are then mapped by huge pages — 512× fewer TLB
         // entries and page faults while decode streams the whole file each token. Only a hint;

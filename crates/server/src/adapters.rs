@@ -21,12 +21,17 @@
 //!   llama-server's `--lora`, they apply to every such request) and `POST /lora-adapters`
 //!   changes. Adapters at scale 0 are left out.
 //!
-//! An adapter nobody registered is a 404 naming it; a malformed `lora` entry (a scale that is
-//! not a finite number, an id twice) a 400.
+//! An adapter nobody registered is a 404 naming it; a malformed `lora` entry (a scale outside
+//! ±[`MAX_SCALE`], an id twice, more entries than [`MAX_ADAPTERS`]) a 400.
+//!
+//! Adding, removing and setting default scales administer the server: [`crate::access`] lets
+//! them through only with the admin key or `--allow-admin`. At most [`MAX_ADAPTERS`] are
+//! registered, and one larger than the whole adapter share is refused when added.
 //!
 //! Files: `POST /v1/adapters {"name", "file"}` takes a file NAME inside `--lora-dir` and
-//! nothing else ([`confine`]): a path separator, `..`, an absolute path, or a name whose real
-//! path (symlinks resolved) leaves the directory is refused before the file is opened. Without
+//! nothing else ([`open_confined`]): a path separator, `..` or an absolute path is refused,
+//! and the file is opened once and checked on its handle (a regular file whose real path is in
+//! the directory), then mapped from that handle, never reopened by name. Without
 //! `--lora-dir` nothing can be added over HTTP. Names are `[A-Za-z0-9._-]`, 1 to 64 bytes, not
 //! starting with `.` or `-` ([`check_name`]).
 //!
@@ -38,6 +43,7 @@
 //! refcount, a cold one is a file read and dequantization on the blocking pool.
 
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -64,14 +70,33 @@ pub struct LoraScale {
     pub scale: f32,
 }
 
-/// Checks a `lora` list: finite scales, each id once.
+/// The largest scale magnitude an adapter may be applied with: past a few units an adapter's
+/// delta swamps the base weights and the logits overflow (a scale of 3e38 turns every answer
+/// into NaN), so such a scale is a mistake, refused with a 400.
+pub const MAX_SCALE: f32 = 8.0;
+
+/// Adapters registered at once at most (each keeps its file mapped and its header parsed);
+/// past it, adding one is a 409 and `--lora-dir` files beyond it are skipped at start.
+pub const MAX_ADAPTERS: usize = 256;
+
+/// Checks a `lora` list: at most [`MAX_ADAPTERS`] entries, finite scales within
+/// ±[`MAX_SCALE`], each id once (one pass, a set of the ids seen).
 pub fn check_lora(style: Style, list: &[LoraScale]) -> Result<(), ApiError> {
+    if list.len() > MAX_ADAPTERS {
+        return Err(ApiError::bad_request(
+            style,
+            format!(
+                "lora lists {} entries: at most {MAX_ADAPTERS} (one per registered adapter)",
+                list.len()
+            ),
+        ));
+    }
     let mut seen = HashSet::with_capacity(list.len());
     for (i, e) in list.iter().enumerate() {
-        if !e.scale.is_finite() {
+        if !e.scale.is_finite() || e.scale.abs() > MAX_SCALE {
             return Err(ApiError::bad_request(
                 style,
-                format!("lora[{i}].scale is not a finite number"),
+                format!("lora[{i}].scale must be a number from -{MAX_SCALE} to {MAX_SCALE}"),
             ));
         }
         if !seen.insert(e.id) {
@@ -148,10 +173,17 @@ pub enum Confine {
     Missing(String),
 }
 
-/// `file` as a file directly inside `dir` (canonical): refused if it is not a plain file name
-/// (a path separator, `..`, an absolute path, a NUL), if it does not exist, or if its real
-/// path (symlinks resolved) is not in `dir`.
-pub fn confine(dir: &Path, file: &str) -> Result<PathBuf, Confine> {
+/// `file` (a plain name) opened inside `dir`, and its real path: refused if it is not a plain
+/// file name (a path separator, `..`, an absolute path, a NUL), if it does not exist or is
+/// not a regular file, or if what was opened (symlinks resolved) is not in `dir`.
+///
+/// The file is opened once and every check runs on the open handle (`fstat`, and the path
+/// the kernel gives for the descriptor in `/proc/self/fd`), so swapping the name for a symlink
+/// elsewhere or a FIFO between a check and the open changes nothing: the caller maps this
+/// very handle and never opens the name again. `O_NONBLOCK` keeps a FIFO from blocking the
+/// open itself.
+pub fn open_confined(dir: &Path, file: &str) -> Result<(File, PathBuf), Confine> {
+    use std::os::unix::fs::OpenOptionsExt;
     let plain = !file.is_empty()
         && file != "."
         && !file.contains(['/', '\\', '\0'])
@@ -165,34 +197,61 @@ pub fn confine(dir: &Path, file: &str) -> Result<PathBuf, Confine> {
     let missing =
         || Confine::Missing(format!("there is no adapter file {file:?} in the adapter directory"));
     let root = dir.canonicalize().map_err(|_| missing())?;
-    let real = root.join(file).canonicalize().map_err(|_| missing())?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(root.join(file))
+        .map_err(|_| missing())?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(missing());
+    }
+    use std::os::fd::AsRawFd;
+    let real =
+        std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(|_| missing())?;
     if real.parent() != Some(root.as_path()) {
         return Err(Confine::Outside(format!(
             "file {file:?} resolves outside the adapter directory (a symlink?): refused"
         )));
     }
-    if !real.is_file() {
-        return Err(missing());
-    }
-    Ok(real)
+    Ok((f, real))
 }
 
-/// The `*.gguf` files directly in `dir` (a symlink only if it resolves inside `dir`), by name:
-/// each as `(stem, real path)`.
-pub fn dir_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let mut files: Vec<(String, PathBuf)> = Vec::new();
+/// A `*.gguf` file of the adapter directory, opened by [`open_confined`].
+pub struct DirFile {
+    /// The name it is served as (the file name without `.gguf`).
+    pub stem: String,
+    pub real: PathBuf,
+    pub file: File,
+}
+
+/// The `*.gguf` files directly in `dir` (a symlink only if it resolves inside `dir`), sorted
+/// by name, each opened once.
+pub fn dir_files(dir: &Path) -> std::io::Result<Vec<DirFile>> {
+    let mut files: Vec<DirFile> = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let name = e?.file_name();
         let Some(name) = name.to_str() else { continue };
         let Some(stem) = name.strip_suffix(".gguf") else { continue };
-        match confine(dir, name) {
-            Ok(real) => files.push((stem.to_string(), real)),
+        match open_confined(dir, name) {
+            Ok((file, real)) => files.push(DirFile { stem: stem.to_string(), real, file }),
             Err(Confine::Outside(m)) => eprintln!("snug: skipping {name}: {m}"),
             Err(Confine::Missing(_)) => {}
         }
     }
-    files.sort();
+    files.sort_by(|a, b| a.stem.cmp(&b.stem));
     Ok(files)
+}
+
+/// Registers the opened `file` (shown by its file name only) as `name` in `store`.
+pub fn register_opened(
+    store: &AdapterStore,
+    name: &str,
+    real: &Path,
+    file: &File,
+) -> Result<AdapterInfo, LoraError> {
+    let label = real.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let f = gguf::GgufFile::from_file(file, &label)?;
+    store.register_file(name, real, f)
 }
 
 fn tier_name(t: Tier) -> &'static str {
@@ -439,13 +498,13 @@ pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Resp
                 "this server has no adapter directory: start it with --lora-dir DIR to add adapters",
             ));
         };
-        let path = confine(&dir, &req.file).map_err(|e| match e {
+        let (file, path) = open_confined(&dir, &req.file).map_err(|e| match e {
             Confine::Outside(m) => ApiError::bad_request(S, m),
             Confine::Missing(m) => Adapters::unknown(S, m),
         })?;
         let name = match req.name {
             Some(n) => n,
-            None => path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            None => req.file.strip_suffix(".gguf").unwrap_or(&req.file).to_string(),
         };
         check_name(&name).map_err(|m| ApiError::bad_request(S, m))?;
         let conflict = |name: &str| {
@@ -455,18 +514,42 @@ pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Resp
                 format!("an adapter named {name:?} is already registered: DELETE it first or pick another name"),
             )
         };
-        if ad.list().iter().any(|a| a.name == name) {
+        let list = ad.list();
+        if list.iter().any(|a| a.name == name) {
             return Err(conflict(&name));
+        }
+        if list.len() >= MAX_ADAPTERS {
+            return Err(ApiError::new(
+                S,
+                StatusCode::CONFLICT,
+                format!("{MAX_ADAPTERS} adapters are registered, as many as this server keeps: DELETE one first"),
+            ));
         }
         let store = ad.store.clone();
         let n2 = name.clone();
-        let done = tokio::task::spawn_blocking(move || store.register(&n2, &path))
-            .await
-            .map_err(|e| ApiError::new(S, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let done = tokio::task::spawn_blocking(move || {
+            let info = register_opened(&store, &n2, &path, &file).map_err(Some)?;
+            // One the whole adapter share cannot hold could never be leased (every request
+            // naming it would fail): refused now instead.
+            let pool = store.pool();
+            if pool.pages_for(info.bytes_hot) > pool.adapter_limit() {
+                let _ = store.unregister(&n2);
+                return Err(None);
+            }
+            Ok(info)
+        })
+        .await
+        .map_err(|e| ApiError::new(S, StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         let info = match done {
             Ok(info) => info,
-            Err(LoraError::Duplicate(_)) => return Err(conflict(&name)),
-            Err(e) => {
+            Err(Some(LoraError::Duplicate(_))) => return Err(conflict(&name)),
+            Err(None) => {
+                return Err(ApiError::bad_request(
+                    S,
+                    format!("{:?} is larger than the whole adapter share: serve with a larger --max-loras, or with it in --lora-dir at start (the share is sized for the largest file there)", req.file),
+                ))
+            }
+            Err(Some(e)) => {
                 return Err(ApiError::bad_request(
                     S,
                     format!("{:?} is not a usable adapter: {e}", req.file),
@@ -566,6 +649,12 @@ mod tests {
         std::os::unix::fs::symlink(root.join("secret.gguf"), dir.join("link.gguf")).unwrap();
         std::os::unix::fs::symlink(dir.join("a.gguf"), dir.join("inside.gguf")).unwrap();
         std::fs::create_dir_all(dir.join("sub")).unwrap();
+        // A FIFO is refused without blocking the open.
+        let fifo =
+            std::ffi::CString::new(dir.join("fifo.gguf").into_os_string().into_encoded_bytes())
+                .unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let confine = |d: &Path, f: &str| open_confined(d, f).map(|(_, real)| real);
         let real_a = dir.canonicalize().unwrap().join("a.gguf");
         assert_eq!(confine(&dir, "a.gguf"), Ok(real_a.clone()));
         // A symlink to a file inside the directory resolves to it.
@@ -585,6 +674,7 @@ mod tests {
         }
         assert!(matches!(confine(&dir, "nope.gguf"), Err(Confine::Missing(_))));
         assert!(matches!(confine(&dir, "sub"), Err(Confine::Missing(_))));
+        assert!(matches!(confine(&dir, "fifo.gguf"), Err(Confine::Missing(_))));
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -595,5 +685,11 @@ mod tests {
         assert!(check_lora(S, &[e(0, f32::NAN)]).is_err());
         assert!(check_lora(S, &[e(0, f32::INFINITY)]).is_err());
         assert!(check_lora(S, &[e(2, 1.0), e(2, 0.5)]).is_err());
+        assert!(check_lora(S, &[e(0, -MAX_SCALE), e(1, MAX_SCALE)]).is_ok());
+        assert!(check_lora(S, &[e(0, 8.01)]).is_err());
+        assert!(check_lora(S, &[e(0, -3e38)]).is_err());
+        let many: Vec<LoraScale> = (0..=MAX_ADAPTERS as u32).map(|i| e(i, 0.0)).collect();
+        assert!(check_lora(S, &many[..MAX_ADAPTERS]).is_ok());
+        assert!(check_lora(S, &many).is_err());
     }
 }

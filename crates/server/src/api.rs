@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -26,8 +26,10 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::access::Denied;
 use crate::adapters::{AdapterSet, LoraScale};
 use crate::scheduler::{self, Event, Finish, Refused, Ticket};
+use crate::transport::{self, Deadline};
 use crate::{adapters, ollama, openai, AppState};
 
 pub mod limits;
@@ -57,6 +59,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), cors))
         .with_state(state)
 }
 
@@ -256,27 +259,81 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
     })
 }
 
-/// Counts every routed request by route and status, and checks the API key on every route but
-/// `/health`.
+/// Counts every routed request by route and status, and refuses what [`Access::check`]
+/// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
+/// is off, a body that is not JSON, a `Content-Length` past `--max-body`) before the handler
+/// runs, reading and discarding the refused body first ([`transport::drain`]). The body it
+/// lets through must arrive within the body timeout ([`Deadline`]).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
-    let resp = match &st.api_key {
-        Some(key) if route != "/health" && !has_key(&req, key) => ApiError::new(
-            Style::of_path(&route),
-            StatusCode::UNAUTHORIZED,
-            "this server requires an API key: send `Authorization: Bearer <key>`",
-        )
-        .with_code("invalid_api_key")
-        .into_response(),
-        _ => next.run(req).await,
+    let style = Style::of_path(&route);
+    let length = req.headers().get(header::CONTENT_LENGTH);
+    let length = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+    // A body past the limit is a 413 whatever its type; access refusals come first.
+    let refusal = match st.access.check(req.method(), &route, req.headers()) {
+        Err(Denied::ContentType(_)) | Ok(()) if length > st.max_body as u64 => Some(
+            ApiError::new(
+                style,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than this server accepts (--max-body)",
+            )
+            .with_code("invalid_body"),
+        ),
+        Err(denied) => {
+            let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::FORBIDDEN);
+            Some(ApiError::new(style, status, denied.to_string()).with_code(denied.code()))
+        }
+        Ok(()) => None,
+    };
+    let resp = match refusal {
+        Some(e) => {
+            // A client waiting for `100 Continue` has sent no body yet: it reads the refusal.
+            let waits = req.headers().get(header::EXPECT).is_some_and(|v| v == "100-continue");
+            if !waits {
+                transport::drain(req.into_body(), st.body_timeout).await;
+            }
+            e.into_response()
+        }
+        None => {
+            let req = req.map(|b| Deadline::wrap(b, st.body_timeout));
+            next.run(req).await
+        }
     };
     st.metrics.record(&route, resp.status().as_u16());
     resp
 }
 
-fn has_key(req: &Request, key: &str) -> bool {
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    given.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|k| k.trim() == key)
+/// Answers a browser's CORS preflight for an origin `--allowed-origins` lists, and marks every
+/// answer to such an origin as readable by it. Other origins get no CORS headers (their
+/// requests are refused by [`guard`]).
+async fn cors(State(st): Shared, req: Request, next: Next) -> Response {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let allowed =
+        origin.as_ref().and_then(|o| o.to_str().ok()).is_some_and(|o| st.access.origin_allowed(o));
+    if !allowed {
+        return next.run(req).await;
+    }
+    let preflight = req.method() == Method::OPTIONS
+        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp =
+        if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(req).await };
+    let h = resp.headers_mut();
+    if let Some(o) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+    }
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    if preflight {
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    }
+    resp
 }
 
 async fn not_found(State(st): Shared, req: Request) -> Response {

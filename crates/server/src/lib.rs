@@ -27,9 +27,12 @@
 //! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
 //! with the served model's and the registered adapters' names, never opened
 //! ([`ModelCard::matches`]); an adapter file named over HTTP is confined to `--lora-dir`
-//! ([`adapters::confine`]). Cost of the HTTP side:
+//! ([`adapters::open_confined`]); [`access`] checks `Host`, `Origin`, the content type, the
+//! key and the admin routes; [`transport`] bounds header, body and idle time and the open
+//! connections. docs/SECURITY.md has the threat model. Cost of the HTTP side:
 //! a template render and a tokenization per request, a small JSON encode per text piece.
 
+pub mod access;
 pub mod adapters;
 pub mod api;
 pub mod logprobs;
@@ -38,6 +41,7 @@ pub mod ollama;
 pub mod openai;
 pub mod openapi;
 pub mod scheduler;
+pub mod transport;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +61,14 @@ pub struct ServeOptions {
     pub port: u16,
     /// Required as `Authorization: Bearer KEY` when set.
     pub api_key: Option<String>,
+    /// Required for the admin routes when set (and accepted wherever `api_key` is).
+    pub admin_key: Option<String>,
+    /// Without `admin_key`: the admin routes are open to whoever may use the API (else off).
+    pub allow_admin: bool,
+    /// Browser origins that may call the server (`*`: any); others are refused.
+    pub allowed_origins: Vec<String>,
+    /// Header, body and idle timeouts and the connection cap.
+    pub limits: transport::Limits,
     /// Largest request body accepted, in bytes.
     pub max_body: usize,
     /// Requests waiting for a free sequence at most.
@@ -106,6 +118,8 @@ pub enum ServeError {
     SchedulerDied,
     #[error("{0}")]
     Adapter(String),
+    #[error("{0}")]
+    Options(String),
 }
 
 /// The adapter store of a server with `opts`: when it serves adapters, one taking its pages
@@ -133,11 +147,22 @@ pub fn open_adapters(
         let files = adapters::dir_files(dir).map_err(|e| {
             ServeError::Adapter(format!("cannot read --lora-dir {}: {e}", dir.display()))
         })?;
-        for (name, f) in files {
-            let ok = adapters::check_name(&name)
-                .and_then(|()| store.register(&name, &f).map(drop).map_err(|e| e.to_string()));
+        for f in files {
+            if store.list().len() >= adapters::MAX_ADAPTERS {
+                eprintln!(
+                    "snug: skipping adapter {}: {} adapters are registered, the most a server keeps",
+                    f.real.display(),
+                    adapters::MAX_ADAPTERS
+                );
+                continue;
+            }
+            let ok = adapters::check_name(&f.stem).and_then(|()| {
+                adapters::register_opened(&store, &f.stem, &f.real, &f.file)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            });
             if let Err(e) = ok {
-                eprintln!("snug: skipping adapter {}: {e}", f.display());
+                eprintln!("snug: skipping adapter {}: {e}", f.real.display());
             }
         }
     }
@@ -253,6 +278,12 @@ pub struct AppState {
     pub card: ModelCard,
     pub metrics: metrics::Metrics,
     pub api_key: Option<String>,
+    /// The `Host`, `Origin`, content-type, key and admin checks.
+    pub access: access::Access,
+    /// A request body must arrive whole within this.
+    pub body_timeout: std::time::Duration,
+    /// Largest request body accepted, in bytes (`Content-Length` past it: 413 before reading).
+    pub max_body: usize,
     pub started: Instant,
     pub adapters: Arc<adapters::Adapters>,
 }
@@ -275,6 +306,7 @@ pub fn serve<R: 'static>(
     opts: ServeOptions,
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
+    check_options(&opts)?;
     let card = ModelCard::new(&opts.name, path, &model);
     let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
@@ -294,16 +326,19 @@ pub fn serve<R: 'static>(
     let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
     metrics.set_store(store.clone());
     let adapters = Arc::new(open_adapters(store, &opts)?);
-    let state = Arc::new(AppState {
+    let state = AppState {
         engine,
         tok,
         template,
         card,
         metrics,
         api_key: opts.api_key.clone(),
+        access: access::Access::default(),
+        body_timeout: opts.limits.body_timeout,
+        max_body: opts.max_body,
         started: Instant::now(),
         adapters,
-    });
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
@@ -311,6 +346,19 @@ pub fn serve<R: 'static>(
             .await
             .map_err(|reason| ServeError::Bind { addr: addr.clone(), reason })?;
         let local: SocketAddr = listener.local_addr()?;
+        let loopback = local.ip().is_loopback();
+        if !loopback && opts.api_key.is_none() {
+            eprintln!("snug: warning: listening on {local}, reachable from other machines, without an API key: anyone who can connect may use it (set SNUG_API_KEY)");
+        }
+        let access = access::Access::new(
+            opts.api_key.as_deref(),
+            opts.admin_key.as_deref(),
+            opts.allow_admin,
+            &opts.host,
+            loopback,
+            &opts.allowed_origins,
+        );
+        let state = Arc::new(AppState { access, ..state });
         eprintln!(
             "snug: serving {} on http://{local} — {} parallel sequences, context {} each, queue {}, {} adapters",
             state.card.name,
@@ -320,10 +368,22 @@ pub fn serve<R: 'static>(
             state.adapters.list().len()
         );
         tokio::spawn(adapters::demote_idle(state.adapters.store.clone()));
+        let refused = state.metrics.connections_refused.clone();
         let app = api::router(state, opts.max_body);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown()).await?;
+        transport::serve(listener, app, opts.limits, refused, shutdown()).await?;
         Ok(())
     })
+}
+
+/// Refuses options the server cannot honour: keys a client could not send, administration
+/// opened to anyone on a non-loopback address.
+fn check_options(opts: &ServeOptions) -> Result<(), ServeError> {
+    for (what, key) in [("the API key", &opts.api_key), ("the admin key", &opts.admin_key)] {
+        if let Some(k) = key {
+            access::check_key(what, k).map_err(ServeError::Options)?;
+        }
+    }
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

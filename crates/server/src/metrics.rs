@@ -174,6 +174,9 @@ pub struct RouteLabels {
     pub status: u16,
 }
 
+/// Adapter names `adapter_requests_by_name` keeps a series for.
+pub const ADAPTER_LABELS: usize = 64;
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RouteLabels, Counter>,
@@ -181,8 +184,12 @@ pub struct Metrics {
     rss: Gauge,
     /// Reactions of the memory governor (layers demoted or pinned again, page cache dropped).
     pub pressure_events: Counter,
-    /// Generation requests by adapter name.
+    /// Generation requests by adapter name: at most [`ADAPTER_LABELS`] names, later ones
+    /// counted as `other` (names come and go while serving; the series must not grow forever).
     adapter_requests: Family<AdapterLabels, Counter>,
+    adapter_labels: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Connections closed at once because `--max-connections` were open.
+    pub connections_refused: Counter,
     store: Option<Arc<AdapterStore>>,
     store_metrics: StoreMetrics,
 }
@@ -198,6 +205,7 @@ impl Metrics {
         budget_gauge.set(budget.min(i64::MAX as u64) as i64);
         let pressure_events = Counter::default();
         let adapter_requests = Family::<AdapterLabels, Counter>::default();
+        let connections_refused = Counter::default();
         macro_rules! register {
             ($($name:literal: $help:literal => $metric:expr),* $(,)?) => {
                 $(registry.register($name, $help, $metric.clone());)*
@@ -227,6 +235,8 @@ impl Metrics {
             "memory_pressure_events": "Reactions of the memory governor to the budget"
                 => pressure_events,
             "adapter_requests_by_name": "Generation requests by LoRA adapter" => adapter_requests,
+            "connections_refused": "Connections answered 503 and closed at once because --max-connections were open"
+                => connections_refused,
         }
         let store_metrics = StoreMetrics::default();
         store_metrics.register(&mut registry);
@@ -236,6 +246,8 @@ impl Metrics {
             rss,
             pressure_events,
             adapter_requests,
+            adapter_labels: Default::default(),
+            connections_refused,
             store: None,
             store_metrics,
         }
@@ -248,7 +260,14 @@ impl Metrics {
 
     /// Counts a generation request on adapter `name`.
     pub fn adapter_request(&self, name: &str) {
-        self.adapter_requests.get_or_create(&AdapterLabels { adapter: name.to_string() }).inc();
+        let mut known = self.adapter_labels.lock().unwrap_or_else(|p| p.into_inner());
+        let label = if known.contains(name) || known.len() < ADAPTER_LABELS {
+            known.insert(name.to_string());
+            name
+        } else {
+            "other"
+        };
+        self.adapter_requests.get_or_create(&AdapterLabels { adapter: label.to_string() }).inc();
     }
 
     pub fn record(&self, route: &str, status: u16) {

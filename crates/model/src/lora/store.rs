@@ -276,7 +276,20 @@ impl AdapterStore {
         if self.shared.slots().contains_key(name) {
             return Err(LoraError::Duplicate(name.to_string()));
         }
-        let file = GgufFile::open(path)?;
+        self.register_file(name, path, GgufFile::open(path)?)
+    }
+
+    /// Adds the adapter already mapped as `file` (from `path`, which is only shown, never
+    /// opened again) under `name`, cold, as [`AdapterStore::register`] does.
+    pub fn register_file(
+        &self,
+        name: &str,
+        path: &Path,
+        file: GgufFile,
+    ) -> Result<AdapterInfo, LoraError> {
+        if self.shared.slots().contains_key(name) {
+            return Err(LoraError::Duplicate(name.to_string()));
+        }
         let c = check(&file, &self.shared.cfg)?;
         let (rank, alpha, bytes_hot) = (c.max_rank(), c.alpha, c.bytes());
         if let Some(m) = file.mapping() {

@@ -1,0 +1,189 @@
+//! The accept loop: how long a connection may take to say what it wants, how many may be open
+//! at once, and how long a request body may take to arrive.
+//!
+//! Design: hyper's HTTP/1 connection builder with a tokio timer, so its header-read timeout is
+//! live (axum's own `serve` builds hyper without a timer, which silently disables it). The
+//! timer starts whenever the connection waits for a request head, so the same limit bounds a
+//! kept-alive connection's idle time between requests. Open connections are counted by a
+//! semaphore taken before a connection is served; past the cap a connection gets an immediate
+//! `503` with `Retry-After` and is closed, never read, so a flood of idle sockets costs one
+//! accept and one small write each instead of a task and a buffer held forever. A request
+//! body is wrapped in [`Deadline`], which fails the body's read once the whole body has taken
+//! longer than the body timeout since its head arrived.
+//!
+//! Cost: one timer per connection waiting for a head, one per body being read; one semaphore
+//! operation per connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::Router;
+use http_body::{Frame, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// The transport's limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A request head must arrive within this, counted from when the connection starts
+    /// waiting for it (a new connection, or a kept-alive one after its last answer).
+    pub header_timeout: Duration,
+    /// A request body must arrive whole within this, counted from when its head arrived.
+    pub body_timeout: Duration,
+    /// Connections open at once; past it, 503 and close.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 256,
+        }
+    }
+}
+
+/// What a connection past the cap is sent before it is closed: a 503 in OpenAI's error shape.
+fn overloaded() -> Vec<u8> {
+    let body = "{\"error\":{\"message\":\"this server has as many connections open as it allows (--max-connections): retry shortly\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Serves `app` on `listener` within `limits` until `stop` resolves; then stops accepting,
+/// lets each open connection finish the request it is answering, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    refused: prometheus_client::metrics::counter::Counter,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
+    let builder = Arc::new(builder);
+    tokio::pin!(stop);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut stop => break,
+            got = listener.accept() => match got {
+                Ok(c) => c,
+                // Out of fds or a connection reset before accept: wait a moment so a full fd
+                // table does not spin this loop, then go on serving the open connections.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            refused.inc();
+            tokio::spawn(async move {
+                let (mut stream, answer) = (stream, overloaded());
+                let write = stream.write_all(&answer);
+                let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+            });
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = TowerToHyperService::new(app.clone());
+        let (builder, mut stop_rx) = (builder.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = async { stop_rx.wait_for(|s| *s).await.is_ok() } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(permit);
+        });
+    }
+    let _ = stop_tx.send(true);
+    // Wait (boundedly) for the connections answering a request to finish.
+    let all = limits.max_connections.max(1) as u32;
+    let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
+    Ok(())
+}
+
+/// Bytes of a refused request's body read and thrown away at most, before answering.
+pub const DRAIN_MAX: usize = 64 << 20;
+
+/// Reads and discards `body` (at most [`DRAIN_MAX`] bytes, within `within`) before a refusal
+/// is sent: most clients (Python's `urllib`, curl) send a whole body before they read the
+/// answer, so closing on an unread body gives them a broken pipe instead of the refusal. Costs
+/// time and bandwidth, no memory, and is bounded like any body.
+pub async fn drain(body: Body, within: Duration) {
+    use futures_util::StreamExt;
+    let mut data = body.into_data_stream();
+    let read = async {
+        let mut n = 0usize;
+        while let Some(Ok(chunk)) = data.next().await {
+            n += chunk.len();
+            if n > DRAIN_MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, read).await;
+}
+
+/// A request body that fails once it has taken longer than its deadline to arrive.
+pub struct Deadline {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    after: Duration,
+}
+
+impl Deadline {
+    /// `inner`, to be read whole within `after` from now.
+    pub fn wrap(inner: Body, after: Duration) -> Body {
+        let sleep = Box::pin(tokio::time::sleep(after));
+        Body::new(Deadline { inner, sleep, after })
+    }
+}
+
+impl http_body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            let msg = format!(
+                "the request body did not arrive within {} s (--body-timeout)",
+                self.after.as_secs_f32()
+            );
+            return Poll::Ready(Some(Err(axum::Error::new(msg))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
