@@ -5,8 +5,12 @@
 //! and a last record with `done: true`, `done_reason` and the durations in nanoseconds);
 //! `"stream": false` returns the last record with the whole text. `options` takes
 //! `num_predict`, `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `stop`, `repeat_penalty`,
-//! `repeat_last_n`, `presence_penalty`, `frequency_penalty`; `num_ctx` and others that would
-//! need a new context are ignored (the context is fixed when the server starts). `generate`
+//! `repeat_last_n` (-1: the whole context), `presence_penalty`, `frequency_penalty` and
+//! `num_ctx` (at most the server's context, fixed when it starts; a smaller one limits the
+//! request to that many positions). Sampling methods snug lacks (`mirostat`, `typical_p`,
+//! `tfs_z` at other than their "off" values), `images`, `template`, `context` and `suffix`
+//! are 400s naming the field; options about loading (`num_gpu`, `num_thread`…) are ignored, as
+//! the model is loaded at start. Every bound is in [`crate::api::limits`]. `generate`
 //! applies the chat template to `prompt` (and `system`) unless `raw` is set; an empty prompt
 //! only answers that the model is loaded, as Ollama does.
 //!

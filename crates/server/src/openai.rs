@@ -8,7 +8,13 @@
 //! 0..=20) returns each generated token's log-probability in OpenAI's shapes, streamed and not
 //! ([`crate::logprobs`] says which distribution). `response_format: {"type": "json_object"}` is
 //! JSON mode ([`engine::json`]); `json_schema` holds the answer to its schema
-//! ([`engine::json_schema`]; a schema outside the subset it enforces is a 400).
+//! ([`engine::json_schema`]; a schema outside the subset it enforces is a 400). `logit_bias`
+//! is added to the logits before sampling (log-probabilities stay the model's own). Fields
+//! snug reads but cannot honour are 400s naming them, never dropped: `best_of` ≠ 1, `echo`,
+//! `suffix`, `functions`/`function_call`, `modalities` other than text, `audio`,
+//! `prediction`; temperatures outside [0, 2]. Every list and number is bounded
+//! ([`crate::api::limits`]). A body is parsed twice (route fields, then [`Common`]) rather than
+//! through `serde(flatten)`, which would buffer it whole as a `Content` tree.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -40,6 +40,19 @@
 //! its set's salt ([`model::lora::AdapterStore::salt`], 0 for none), so KV computed under one
 //! adapter set is only ever reused under the same set.
 //!
+//! Survival: a job's admission, each of its samples, and each step run under `catch_unwind`.
+//! A panic there fails that job alone with [`Event::Failed`] (a 500 in the API's shape), frees
+//! its slot and its place in [`Handle::outstanding`], and the thread goes on; a panic in the
+//! forward pass fails the sequences of that step. Should the thread end anyway,
+//! [`Handle::is_alive`] turns false and `/health` says 503. A request's numbers never size an
+//! allocation here: the penalty window is clamped to the context at admission.
+//!
+//! Admission: [`Handle::reserve`] takes a place before the HTTP side does any work for a
+//! request (a [`Ticket`], given back if dropped unused), so a full server refuses at once, with
+//! a `Retry-After` of the jobs ahead × the recent mean job time ÷ the slots. Every loop drains
+//! the channel into `waiting` and forgets jobs whose client left, so they stop counting at the
+//! next step rather than when a slot frees.
+//!
 //! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.

@@ -260,3 +260,45 @@ fn a_model_with_sliding_window_layers_shares_no_blocks() {
     assert_eq!(first, again);
     assert_blocks_back(&h);
 }
+
+#[test]
+fn a_queue_of_0_is_honoured_and_leaving_waiters_stop_counting() {
+    let (h, tok) = start(1, 0, None);
+    let mut rx = greedy(&h, &tok, PROMPTS[1], 400);
+    assert!(matches!(rx.blocking_recv(), Some(Event::Text(_))));
+    // No place to wait: refused at once, with a Retry-After of at least 1 s.
+    let t = h.reserve();
+    assert!(matches!(t, Err(Refused::Busy { slots: 1, queue: 0, retry_after: 1.. })), "{t:?}");
+    assert_eq!(h.outstanding(), 1);
+    drop(rx);
+    // The running job's client left: its place comes back at the next step.
+    let t0 = Instant::now();
+    while h.outstanding() != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "a job whose client left still counts");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A place taken and dropped unused is given back.
+    let ticket = h.reserve().expect("a free place");
+    assert_eq!(h.outstanding(), 1);
+    drop(ticket);
+    assert_eq!(h.outstanding(), 0);
+    let (text, reason, n) = finish(greedy(&h, &tok, PROMPTS[0], 3));
+    assert_eq!((reason, n), (FinishReason::Length, 3), "{text:?}");
+    assert!(h.is_alive());
+
+    // With a queue of 2 behind a busy slot, waiters whose clients left are forgotten at the
+    // next step, not when the slot frees.
+    let (h, tok) = start(1, 2, None);
+    let mut running = greedy(&h, &tok, PROMPTS[1], 400);
+    assert!(matches!(running.blocking_recv(), Some(Event::Text(_))));
+    let waiters = [greedy(&h, &tok, PROMPTS[0], 4), greedy(&h, &tok, PROMPTS[0], 4)];
+    assert!(matches!(h.reserve(), Err(Refused::Busy { .. })));
+    drop(waiters);
+    let t0 = Instant::now();
+    while h.outstanding() != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "waiters that left still count");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(matches!(running.blocking_recv(), Some(Event::Text(_))), "the running job goes on");
+    drop(running);
+}
