@@ -52,6 +52,8 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/ui", get(crate::ui::page))
+        .route("/ui/memory", get(crate::ui::memory))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
@@ -242,17 +244,19 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
 }
 
 /// Counts every routed request by route and status, and checks the API key on every route but
-/// `/health`.
+/// `/health` and `/ui` (the page holds no data; its calls take the key).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
     let resp = match &st.api_key {
-        Some(key) if route != "/health" && !has_key(&req, key) => ApiError::new(
-            Style::of_path(&route),
-            StatusCode::UNAUTHORIZED,
-            "this server requires an API key: send `Authorization: Bearer <key>`",
-        )
-        .with_code("invalid_api_key")
-        .into_response(),
+        Some(key) if !matches!(route.as_str(), "/health" | "/ui") && !has_key(&req, key) => {
+            ApiError::new(
+                Style::of_path(&route),
+                StatusCode::UNAUTHORIZED,
+                "this server requires an API key: send `Authorization: Bearer <key>`",
+            )
+            .with_code("invalid_api_key")
+            .into_response()
+        }
         _ => next.run(req).await,
     };
     st.metrics.record(&route, resp.status().as_u16());

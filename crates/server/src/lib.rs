@@ -14,8 +14,9 @@
 //! the context is a 400 that says how many tokens it has and how many fit.
 //!
 //! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
-//! ([`openapi`], the spec of every route, from the request structs), and Ollama's `/api/pull`,
-//! which fetches a known model into the cache without changing the served one.
+//! ([`openapi`], the spec of every route, from the request structs), Ollama's `/api/pull`,
+//! which fetches a known model into the cache without changing the served one, and `/ui`
+//! ([`ui`]), a page showing the memory plan, the load and a chat.
 //!
 //! LoRA adapters ([`adapters`]): `BASE:ADAPTER` model names and llama-server's `lora` field pick
 //! a request's adapters, leased in the handler (a cold one loads on the blocking pool) and
@@ -24,7 +25,7 @@
 //! llama-server's list and default scales.
 //!
 //! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
-//! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
+//! `/health` and the page `/ui` (which holds no data: its calls send the key); bodies are limited to `max_body` bytes; a request's model name is only compared
 //! with the served model's and the registered adapters' names, never opened
 //! ([`ModelCard::matches`]); an adapter file named over HTTP is confined to `--lora-dir`
 //! ([`adapters::confine`]). Cost of the HTTP side:
@@ -38,6 +39,7 @@ pub mod ollama;
 pub mod openai;
 pub mod openapi;
 pub mod scheduler;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -74,6 +76,8 @@ pub struct ServeOptions {
     pub loras: Vec<(PathBuf, f32)>,
     /// Bytes the adapter store may keep hot (the plan's adapter share).
     pub adapter_budget: usize,
+    /// The plan's memory numbers, for the page's memory picture (`/ui`).
+    pub plan: ui::PlanPicture,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -255,6 +259,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub started: Instant,
     pub adapters: Arc<adapters::Adapters>,
+    /// The plan's memory numbers (`/ui/memory`).
+    pub plan: ui::PlanPicture,
 }
 
 /// Seconds since the epoch.
@@ -303,6 +309,7 @@ pub fn serve<R: 'static>(
         api_key: opts.api_key.clone(),
         started: Instant::now(),
         adapters,
+        plan: opts.plan.clone(),
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
