@@ -8,10 +8,12 @@
         second client streams. Prints one `ok ...` line per check; exits non-zero on the first
         failure.
 
-    serve_ui.py screenshots SNUG MODEL DIR
-        The screenshots in docs/: `snug serve MODEL` started inside a cgroup-v1 memory cgroup of
-        its own (root, /sys/fs/cgroup/memory), shot idle, under load (two streaming clients),
-        and after the cgroup's limit is lowered under that load.
+    serve_ui.py screenshots SNUG MODEL.gguf DIR
+        The screenshots in docs/: `snug serve` of a cold copy of MODEL.gguf (its pages dropped
+        from the page cache, so the server's reads are charged to its own cgroup) started
+        inside a cgroup-v1 memory cgroup of its own (root, /sys/fs/cgroup/memory), shot idle,
+        under load (two streaming clients), and after the cgroup's limit is lowered under that
+        load.
 """
 
 import json
@@ -181,9 +183,23 @@ def check(url, key, shot=None):
 CGROUP_V1 = "/sys/fs/cgroup/memory"
 
 
+def cold_copy(model):
+    """A copy of `model` beside it whose pages are not in the page cache."""
+    copy = os.path.join(os.path.dirname(os.path.abspath(model)), f".snug-ui-shots-{os.getpid()}.gguf")
+    shutil.copyfile(model, copy)
+    fd = os.open(copy, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return copy
+
+
 def screenshots(snug, model, out):
     """Idle, under load and after a lowered limit, from a server in a cgroup of its own."""
     os.makedirs(out, exist_ok=True)
+    copy = cold_copy(model)
     cg = os.path.join(CGROUP_V1, f"snug-ui-shots-{os.getpid()}")
     os.mkdir(cg)
     limit = 1536 << 20
@@ -192,8 +208,8 @@ def screenshots(snug, model, out):
     port = 18000 + os.getpid() % 1000
     key = "screenshot-key"
     server = subprocess.Popen(
-        ["sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cg, "cgroup.procs"), snug, "serve", model,
-         "--port", str(port), "--parallel", "2", "--ctx", "2048", "--threads", "2", "--api-key", key],
+        ["sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cg, "cgroup.procs"), snug, "serve", copy,
+         "--name", os.path.basename(model).removesuffix(".gguf"), "--port", str(port), "--parallel", "2", "--ctx", "2048", "--threads", "2", "--api-key", key],
         stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     profile = tempfile.mkdtemp(prefix="snug-ui-chromium-")
@@ -247,6 +263,7 @@ def screenshots(snug, model, out):
         err = server.stderr.read().decode(errors="replace")
         print(err[-3000:], file=sys.stderr)
         shutil.rmtree(profile, ignore_errors=True)
+        os.unlink(copy)
         for _ in range(50):
             try:
                 os.rmdir(cg)
