@@ -95,6 +95,16 @@ class Streamer(threading.Thread):
             self.first.set()
 
 
+# The memory bar's segments as [key, bytes, width] and the RSS mark's bytes, or null.
+BAR = """
+const s = document.querySelector('#memory svg');
+if (!s) return null;
+const segs = [...s.querySelectorAll('rect.seg')].map((r) => [r.dataset.key, +r.dataset.bytes, +r.getAttribute('width')]);
+const rss = s.querySelector('.rss');
+return { segs, rss: rss ? rss.dataset.bytes : null };
+"""
+
+
 def text(d, id_):
     return d.find_element(By.ID, id_).text
 
@@ -117,10 +127,10 @@ def check(url, key, shot=None):
         mem = json.load(api(url, "/ui/memory", key))
         plan = mem["plan"]
 
-        def segs():
-            rects = d.find_elements(By.CSS_SELECTOR, "#memory svg rect.seg")
-            return {r.get_attribute("data-key"): (int(r.get_attribute("data-bytes")), float(r.get_attribute("width"))) for r in rects}
-        got = wait("the memory bar's segments", lambda: len(segs()) >= 9 and segs())
+        # Read in one script: the page replaces the picture every second.
+        bar = wait("the memory bar's segments", lambda: d.execute_script(BAR))
+        got = {k: (b, w) for k, b, w in bar["segs"]}
+        assert len(got) == 10, f"segments: {sorted(got)}"
         by = {k: b for k, (b, _) in got.items()}
         for k in ("weights", "scratch", "process"):
             assert by[k] == plan[k], f"segment {k}: {by[k]} bytes, the plan says {plan[k]}"
@@ -133,8 +143,7 @@ def check(url, key, shot=None):
         scale = sum(w for _, w in got.values()) / sum(b for b, _ in got.values())
         for k, (b, w) in got.items():
             assert abs(w - b * scale) < 0.5, f"segment {k} is {w:.1f} wide for {b} bytes ({scale * 2**20:.4f} per MiB)"
-        rss = d.find_element(By.CSS_SELECTOR, "#memory svg .rss")
-        assert int(rss.get_attribute("data-bytes")) > 0
+        assert bar["rss"] and int(bar["rss"]) > 0, f"no RSS mark: {bar}"
         print(f"ok the memory bar has {len(got)} segments with the plan's numbers "
               f"(weights {plan['weights']}, KV {plan['kv']}, scratch {plan['scratch']}, peak {plan['total']}, budget {plan['budget']}) and an RSS mark")
 

@@ -185,7 +185,12 @@ pub fn memory_svg(plan: &PlanPicture, live: Option<&Live>) -> String {
     // limit far above them (none set: the host's memory) is written, not drawn.
     let scale = plan.budget.max(plan.total).max(rss.unwrap_or(0)).max(1) as f64;
     let x = |b: u64| (b as f64 / scale * WIDTH).min(WIDTH);
-    let legend_rows = segs.len().div_ceil(3);
+    // A plan alone has nothing in use: its legend leaves out what only a server fills.
+    let legend: Vec<&Segment> = segs
+        .iter()
+        .filter(|g| live.is_some() || !matches!(g.key, "kv_used" | "kv_cached" | "adapters_hot"))
+        .collect();
+    let legend_rows = legend.len().div_ceil(3);
     let height = 150.0 + 18.0 * legend_rows as f64;
     let mut s = String::new();
     let _ = write!(
@@ -263,7 +268,7 @@ pub fn memory_svg(plan: &PlanPicture, live: Option<&Live>) -> String {
         more = if plan.mapped as f64 > scale { " (past the bar's end)" } else { "" },
         rf = fmt_bytes(plan.weights.min(plan.mapped)),
     );
-    for (i, g) in segs.iter().enumerate() {
+    for (i, g) in legend.iter().enumerate() {
         let lx = 10.0 + (i % 3) as f64 * 320.0;
         let ly = my + 44.0 + (i / 3) as f64 * 18.0;
         let _ = write!(
@@ -293,7 +298,7 @@ pub fn memory_svg(plan: &PlanPicture, live: Option<&Live>) -> String {
 pub fn plan_html(title: &str, plan: &PlanPicture) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>snug plan: {t}</title>\
-         <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}svg{{max-width:100%;height:auto}}</style>\
+         <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}h1{{font-size:1.2em}}svg{{max-width:100%;height:auto}}</style>\
          </head><body><h1>snug plan: {t}</h1>\n{svg}\n</body></html>\n",
         t = esc(title),
         svg = memory_svg(plan, None)
@@ -447,6 +452,10 @@ mod tests {
         assert!(PAGE.len() < 200 << 10, "{} bytes", PAGE.len());
         for outside in ["http://", "https://", "//cdn", "import("] {
             assert!(!PAGE.contains(outside), "the page reaches out: {outside}");
+        }
+        // fetch and server-sent events (read from fetch's body) only.
+        for other in ["WebSocket", "XMLHttpRequest", "EventSource"] {
+            assert!(!PAGE.contains(other), "the page uses {other}");
         }
         assert!(PAGE.contains("sessionStorage") && PAGE.contains("/ui/memory"));
     }
