@@ -25,7 +25,7 @@
 //! llama-server's list and default scales.
 //!
 //! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
-//! `/health` and the page `/ui` (which holds no data: its calls send the key); bodies are limited to `max_body` bytes; a request's model name is only compared
+//! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
 //! with the served model's and the registered adapters' names, never opened
 //! ([`ModelCard::matches`]); an adapter file named over HTTP is confined to `--lora-dir`
 //! ([`adapters::confine`]). Cost of the HTTP side:
