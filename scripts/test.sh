@@ -35,8 +35,19 @@ fi
 python3 -m pip --version
 # The official OpenAI and Ollama clients, which the serve test drives (crates/cli/tests/serve_clients.py),
 # schemathesis, which checks the server against its /openapi.json (crates/cli/tests/serve_schema.rs),
-# and the Prometheus client, whose parser reads /metrics there.
-python3 -m pip install -q openai ollama schemathesis==4.32.5 prometheus_client==0.26.0
+# the Prometheus client, whose parser reads /metrics there, and selenium, which drives the page
+# /ui in headless Chromium (crates/cli/tests/serve_ui.py).
+python3 -m pip install -q openai ollama schemathesis==4.32.5 prometheus_client==0.26.0 selenium==4.51.0
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    # The browser test of /ui (crates/cli/tests/serve_ui.rs): Debian's Chromium and its driver.
+    echo "chromium not found; installing chromium and chromium-driver" >&2
+    if command -v apt-get >/dev/null; then
+        apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+    else
+        echo "error: install Chromium and chromedriver, then re-run" >&2
+        exit 1
+    fi
+fi
 if [ ! -d ../shared ]; then
     echo "warning: ../shared not found; tests that need reference data will say so" >&2
 fi

@@ -1,12 +1,14 @@
-//! `snug plan MODEL [--ram 6G] [--ctx N] [--kv f16|q8|q4] [--json]`: predicted peak memory from
-//! the GGUF header alone (nothing is read past the header), a table of contexts × KV
-//! precisions marking what fits the budget, and the configuration `snug run` would choose.
+//! `snug plan MODEL [--ram 6G] [--ctx N] [--kv f16|q8|q4] [--json] [--svg FILE] [--html FILE]`:
+//! predicted peak memory from the GGUF header alone (nothing is read past the header), a table
+//! of contexts × KV precisions marking what fits the budget, and the configuration `snug run`
+//! would choose. `--svg` / `--html` also write that configuration's memory picture, the one
+//! `snug serve`'s page shows (`server::ui::memory_svg`).
 
 use anyhow::Context as _;
 use clap::Args;
 use gguf::GgufFile;
 use model::{KvType, ModelConfig};
-use runtime::plan::{self, fmt_bytes, ModelFacts, Request, Residency, Wants};
+use runtime::plan::{self, fmt_bytes, ModelFacts, Prediction, Request, Residency, Wants};
 use serde_json::json;
 
 use crate::common::default_threads;
@@ -43,6 +45,12 @@ pub struct PlanArgs {
     /// Machine-readable output; top-level `predicted_peak_rss_bytes`.
     #[arg(long)]
     pub json: bool,
+    /// Also write the memory picture of the configuration chosen (or asked for) as SVG.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
+    /// Also write the memory picture as a standalone HTML page.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -88,6 +96,16 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         Err(e) => e.request,
     };
     let pred = plan::predict(&cfg, &facts, &req);
+    let pic = picture(&pred, budget.bytes, facts.file_bytes, &req);
+    let write = |file: &std::path::Path, text: String| {
+        std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))
+    };
+    if let Some(f) = &a.svg {
+        write(f, server::ui::memory_svg(&pic, None) + "\n")?;
+    }
+    if let Some(f) = &a.html {
+        write(f, server::ui::plan_html(&path.display().to_string(), &pic))?;
+    }
     let usable = budget.bytes.saturating_sub(plan::headroom(budget.bytes));
     let mut ctxs: Vec<usize> = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
         .into_iter()
@@ -195,4 +213,26 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     }
     println!("{}", pred.breakdown());
     Ok(())
+}
+
+/// The memory picture's numbers for a predicted configuration `req` in `budget` bytes, of a
+/// model file of `mapped` bytes (also what `snug serve` hands its page).
+pub fn picture(
+    pred: &Prediction,
+    budget: u64,
+    mapped: u64,
+    req: &Request,
+) -> server::ui::PlanPicture {
+    server::ui::PlanPicture {
+        budget,
+        headroom: plan::headroom(budget),
+        weights: pred.weights,
+        mapped,
+        kv: pred.kv,
+        adapters: pred.adapters,
+        scratch: pred.arena.saturating_add(pred.logits),
+        process: pred.tokenizer.saturating_add(pred.overhead),
+        total: pred.total,
+        config: plan::describe(req),
+    }
 }

@@ -163,6 +163,12 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         lora_dir: cmd.lora_dir.clone(),
         loras: cmd.run.lora.lora.clone(),
         adapter_budget: usize::try_from(adapter_bytes).unwrap_or(usize::MAX),
+        plan: crate::cmd_plan::picture(
+            &planned.choice.prediction,
+            planned.budget.bytes,
+            m.model.file.file_len(),
+            planned.request(),
+        ),
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };

@@ -5,11 +5,14 @@
 //!   `localhost`, `127.0.0.1`, `[::1]` or the `--host` value (any port) is refused. A web page
 //!   that rebinds its own name to 127.0.0.1 still sends its own name as `Host`.
 //! - **Origin** (cross-site requests): a request carrying a browser `Origin` is refused unless
-//!   `--allowed-origins` lists it (`*`: any). A request without one is not from a web page.
+//!   `--allowed-origins` lists it (`*`: any) or it is the server's own page (`http://` + the
+//!   request's `Host`, which passed the check above: the `/ui` page's chat). A request without
+//!   one is not from a web page.
 //! - **Content type**: a `POST` must say `Content-Type: application/json`. A web page can only
 //!   send other types without a CORS preflight ("simple" requests), and the server grants no
 //!   preflight to an origin not listed, so a page cannot post to it behind the user's back.
-//! - **Keys**: `--api-key` is needed on every route but `/health`; the admin routes (adding and
+//! - **Keys**: `--api-key` is needed on every route but `/health` and the page `/ui` (which holds
+//!   no data; its calls send the key); the admin routes (adding and
 //!   removing adapters, default scales, pulls) need `--admin-key`, or, without one,
 //!   `--allow-admin` opens them to whoever may use the API. Keys are compared as SHA-256
 //!   digests, in time independent of where they differ; the scheme `Bearer` in any case.
@@ -199,11 +202,12 @@ impl Access {
             }
         }
         if let Some(o) = text(header::ORIGIN) {
-            if !self.origin_allowed(&o) {
+            let own = text(header::HOST).is_some_and(|h| same_origin(&o, &h));
+            if !own && !self.origin_allowed(&o) {
                 return Err(Denied::Origin(o));
             }
         }
-        if route == "/health" {
+        if route == "/health" || route == "/ui" {
             return Ok(());
         }
         let sent = bearer(headers).map(digest);
@@ -233,6 +237,15 @@ impl Access {
         }
         Ok(())
     }
+}
+
+/// Whether a browser `Origin` is the server's own page: `http://` and the `Host` it was asked
+/// for (any case).
+fn same_origin(origin: &str, host: &str) -> bool {
+    let o = origin.trim().trim_end_matches('/').as_bytes();
+    o.split_at_checked("http://".len()).is_some_and(|(scheme, rest)| {
+        scheme.eq_ignore_ascii_case(b"http://") && rest.eq_ignore_ascii_case(host.trim().as_bytes())
+    })
 }
 
 #[cfg(test)]
@@ -269,6 +282,24 @@ mod tests {
         // The --host value itself, an IPv6 one in brackets.
         let v6 = Access::new(None, None, false, "::1", true, &[]);
         assert_eq!(v6.check(&Method::GET, "/", &head(&[("host", "[::1]:9")])), Ok(()));
+    }
+
+    #[test]
+    fn the_own_page_is_not_cross_origin() {
+        let a = Access::new(Some("k"), None, false, "127.0.0.1", true, &[]);
+        let page = |origin: &str, host: &str| {
+            let h =
+                head(&[("origin", origin), ("host", host), JSON, ("authorization", "Bearer k")]);
+            a.check(&Method::POST, "/v1/chat/completions", &h)
+        };
+        assert_eq!(page("http://127.0.0.1:8080", "127.0.0.1:8080"), Ok(()));
+        assert_eq!(page("HTTP://LocalHost:8080/", "localhost:8080"), Ok(()));
+        assert!(matches!(page("http://127.0.0.1:9999", "127.0.0.1:8080"), Err(Denied::Origin(_))));
+        assert!(matches!(page("https://127.0.0.1:8080", "127.0.0.1:8080"), Err(Denied::Origin(_))));
+        // The page needs no key; its data does.
+        assert_eq!(a.check(&Method::GET, "/ui", &head(&[("host", "127.0.0.1")])), Ok(()));
+        let memory = a.check(&Method::GET, "/ui/memory", &head(&[("host", "127.0.0.1")]));
+        assert_eq!(memory, Err(Denied::Key));
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/ui", get(crate::ui::page))
+        .route("/ui/memory", get(crate::ui::memory))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))

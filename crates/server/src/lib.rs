@@ -14,8 +14,9 @@
 //! the context is a 400 that says how many tokens it has and how many fit.
 //!
 //! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
-//! ([`openapi`], the spec of every route, from the request structs), and Ollama's `/api/pull`,
-//! which fetches a known model into the cache without changing the served one.
+//! ([`openapi`], the spec of every route, from the request structs), Ollama's `/api/pull`,
+//! which fetches a known model into the cache without changing the served one, and `/ui`
+//! ([`ui`]), a page showing the memory plan, the load and a chat.
 //!
 //! LoRA adapters ([`adapters`]): `BASE:ADAPTER` model names and llama-server's `lora` field pick
 //! a request's adapters, leased in the handler (a cold one loads on the blocking pool) and
@@ -42,6 +43,7 @@ pub mod openai;
 pub mod openapi;
 pub mod scheduler;
 pub mod transport;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -86,6 +88,8 @@ pub struct ServeOptions {
     pub loras: Vec<(PathBuf, f32)>,
     /// Bytes the adapter store may keep hot (the plan's adapter share).
     pub adapter_budget: usize,
+    /// The plan's memory numbers, for the page's memory picture (`/ui`).
+    pub plan: ui::PlanPicture,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -286,6 +290,8 @@ pub struct AppState {
     pub max_body: usize,
     pub started: Instant,
     pub adapters: Arc<adapters::Adapters>,
+    /// The plan's memory numbers (`/ui/memory`).
+    pub plan: ui::PlanPicture,
 }
 
 /// Seconds since the epoch.
@@ -338,6 +344,7 @@ pub fn serve<R: 'static>(
         max_body: opts.max_body,
         started: Instant::now(),
         adapters,
+        plan: opts.plan.clone(),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {

@@ -136,6 +136,7 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
         },
         get("/metrics", "Prometheus metrics (OpenMetrics text)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
         get("/openapi.json", "This document", ok("OpenAPI 3.0", json_content(json!({"type": "object"})))),
+        get("/ui/memory", "The memory picture the page /ui shows: the plan's numbers, what the server holds now, the bar's segments and the bar as SVG (the page itself is HTML, not part of this API)", ok("Memory", json_content(json!({"type": "object", "required": ["model", "plan", "live", "segments", "svg"]})))),
         get("/v1/adapters", "The registered LoRA adapters (request one with `model: BASE:NAME`)", ok("Adapters", json_content(schema_ref("AdapterList")))),
         Route {
             method: "post",
