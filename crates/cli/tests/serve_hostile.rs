@@ -469,7 +469,22 @@ fn no_request_stops_stalls_or_corrupts_service_for_others() {
     let panic_env = format!("admit:{PANIC_ADMIT},sample:{PANIC_SAMPLE}");
     let server = Server::start_with_env(
         &model,
-        &["--name", ALIAS, "--parallel", "2", "--queue", "2", "--ctx", &ctx, "--threads", "2"],
+        // Bodies up to 4 MiB (the default is 1 MiB) so the big lists meet the field bounds,
+        // not the body limit.
+        &[
+            "--name",
+            ALIAS,
+            "--parallel",
+            "2",
+            "--queue",
+            "2",
+            "--ctx",
+            &ctx,
+            "--threads",
+            "2",
+            "--max-body",
+            "4194304",
+        ],
         &[("SNUG_TEST_PANIC", &panic_env)],
     );
     let port = server.port;
