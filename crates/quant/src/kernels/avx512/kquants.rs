@@ -32,18 +32,6 @@ unsafe fn bcast256(p: *const u8) -> __m512i {
     _mm512_broadcast_i64x4(load(p))
 }
 
-/// Per i16 lane `i`: byte `TABLE[i]` of a 128-bit lane zero-extended (a `vpshufb` control).
-const fn splat_i16(table: [u8; 32]) -> Z {
-    let mut z = [0u8; 64];
-    let mut i = 0;
-    while i < 32 {
-        z[2 * i] = table[i];
-        z[2 * i + 1] = 0x80;
-        i += 1;
-    }
-    Z(z)
-}
-
 /// i16 lane `i` as an index vector (`vpermw` control).
 const fn idx_i16(table: [u8; 32]) -> Z {
     let mut z = [0u8; 64];
@@ -61,17 +49,6 @@ const fn halves(a: u8, b: u8) -> [u8; 32] {
     let mut i = 16;
     while i < 32 {
         t[i] = b;
-        i += 1;
-    }
-    t
-}
-
-/// `[a; 8] [b; 8] [c; 8] [d; 8]`.
-const fn quarters(a: u8) -> [u8; 32] {
-    let mut t = [0; 32];
-    let mut i = 0;
-    while i < 32 {
-        t[i] = a + (i / 8) as u8;
         i += 1;
     }
     t
@@ -104,25 +81,6 @@ pub(crate) unsafe fn dot<K: Block512, const C: usize>(
         *o = _mm512_reduce_add_ps(*a);
     }
     out
-}
-
-/// The shared inner step: for each activation row c, `sumi[c] += Σ pairs scale16 · (u · y_c)`
-/// over the 64 activation bytes at `y0 + c·xs + off` (u8 weights `u`, i16 scales per pair).
-/// Callers keep |u| ≤ 127 or the i8 activations ≥ −127 (Q8_K's range) so `vpmaddubsw` does not
-/// saturate.
-#[inline(always)]
-unsafe fn madd_rows<const C: usize>(
-    sumi: &mut [__m512i; C],
-    u: __m512i,
-    scale16: __m512i,
-    y0: *const u8,
-    xs: usize,
-    off: usize,
-) {
-    for c in 0..C {
-        let p = _mm512_maddubs_epi16(u, load512(y0.add(c * xs + off)));
-        sumi[c] = _mm512_dpwssd_epi32(sumi[c], p, scale16);
-    }
 }
 
 // --- Q4_K / Q5_K --------------------------------------------------------------------------------
@@ -174,14 +132,44 @@ impl K4Z for Q5KZ {
     }
 }
 
-/// `K4_SCALE[j]`: scale 2j into i16 lanes 0..16 and scale 2j + 1 into lanes 16..32, from the
-/// unpacked scales (bytes 0..8 of every 128-bit lane).
-static K4_SCALE: [Z; 4] = [
-    splat_i16(halves(0, 1)),
-    splat_i16(halves(2, 3)),
-    splat_i16(halves(4, 5)),
-    splat_i16(halves(6, 7)),
-];
+/// `K4_PAIR[p]`: the i16 scales for the `vpackssdw` of quads 2p and 2p + 1's `vpdpbusd` sums:
+/// i16 lane k of 128-bit lane L holds values 64(2p + k/4) + 16L.. (4 per i32 sum), whose scale
+/// is 2(2p + k/4) + L/2 (`vpermw` indices into the scales as i16).
+static K4_PAIR: [Z; 2] = [pair_idx(0, 2, 2), pair_idx(4, 2, 2)];
+
+/// A `vpermw` control for the i16 lanes after `vpackssdw`: i16 lane k of 128-bit lane L takes
+/// scale `base + step·(k/4) + L/per_l` (k/4 picks the packed source, L its 16 values).
+const fn pair_idx(base: usize, step: usize, per_l: usize) -> Z {
+    let mut t = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        let (l, k) = (i / 8, i % 8);
+        t[i] = (base + step * (k / 4) + l / per_l) as u8;
+        i += 1;
+    }
+    idx_i16(t)
+}
+
+/// For each activation row c: `sumi[c] += scales · (u0·y | u1·y')` over the 128 activation
+/// bytes at `y0 + c·xs + off`: one `vpdpbusd` per 64 values (u8 · i8 in sums of 4, which fit
+/// an i16: |4·63·127| < 2^15), both packed to i16 and scaled by one `vpdpwssd`. Six of the
+/// eight ops run on port 0 where `vpmaddubsw` + `vpdpwssd` per 64 values would take eight.
+#[inline(always)]
+unsafe fn dpbusd_pair_rows<const C: usize>(
+    sumi: &mut [__m512i; C],
+    (u0, u1): (__m512i, __m512i),
+    scale16: __m512i,
+    y0: *const u8,
+    xs: usize,
+    off: usize,
+) {
+    for c in 0..C {
+        let y = y0.add(c * xs + off);
+        let d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, load512(y));
+        let d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(y.add(64)));
+        sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(d0, d1), scale16);
+    }
+}
 
 /// Q4_K/Q5_K against Q8_K: `d·Σ scale·u·q8 − dmin·Σ min·bsum`, the scales splatted per 32
 /// values, the mins against the Q8_K block sums.
@@ -194,12 +182,12 @@ unsafe fn k4_block<W: K4Z, const C: usize>(
 ) {
     let (d, dmin) = f16x2_at(b);
     let sm = k4_scales_mins(b.add(4));
-    let smz = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm));
+    let sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(sm)));
     let mut sumi = [_mm512_setzero_si512(); C];
-    for j in 0..4 {
-        let u = W::quad(b, j);
-        let scale = _mm512_shuffle_epi8(smz, zload(&K4_SCALE[j]));
-        madd_rows(&mut sumi, u, scale, y0, xs, 4 + 64 * j);
+    for p in 0..2 {
+        let u = (W::quad(b, 2 * p), W::quad(b, 2 * p + 1));
+        let scale = _mm512_permutexvar_epi16(zload(&K4_PAIR[p]), sc16);
+        dpbusd_pair_rows(&mut sumi, u, scale, y0, xs, 4 + 128 * p);
     }
     // Min term Σ_k bsums[k] · min[k/2] (8 lanes) and the block's two float scales.
     let mins16 = shuffle_mem(sm, &K4_MINS16);
@@ -231,9 +219,9 @@ impl Block512 for Q5KZ {
 
 // --- Q6_K ---------------------------------------------------------------------------------------
 
-/// `Q6K_SCALE[2h + m]`: i16 lane i ← scale 8h + 4m + i/8 (values 128h + 64m + 2i, 2i + 1).
-static Q6K_SCALE: [Z; 4] =
-    [idx_i16(quarters(0)), idx_i16(quarters(4)), idx_i16(quarters(8)), idx_i16(quarters(12))];
+/// `Q6K_PAIR[h]`: the i16 scales for the `vpackssdw` of chunks (h, 0) and (h, 1): i16 lane k of
+/// 128-bit lane L holds values 128h + 64(k/4) + 16L.., scale 8h + 4(k/4) + L.
+static Q6K_PAIR: [Z; 2] = [pair_idx(0, 4, 1), pair_idx(8, 4, 1)];
 
 /// Q6_K against Q8_K. Values 128h + 64m + l: low 4 bits from the nibble m of ql[64h + l], bits
 /// 4..5 from crumb 2m + l/32 of qh[128 + 32h + l % 32]; stored q = u − 32, folded in as
@@ -261,21 +249,16 @@ impl Block512 for Q6KZ {
         for h in 0..2 {
             let ql = load512(b.add(64 * h));
             let qh = bcast256(b.add(128 + 32 * h));
-            for m in 0..2 {
-                // Crumb 2m (low half) / 2m + 1 (high half) to bits 4..5; a 64-bit shift moves
-                // each byte's own bits there, the mask drops the rest.
-                let (lo, hi) = if m == 0 {
-                    let s = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
-                    (ql, _mm512_sllv_epi64(qh, s))
-                } else {
-                    let s = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
-                    (_mm512_srli_epi16::<4>(ql), _mm512_srlv_epi64(qh, s))
-                };
-                // (lo & 0xF) | (hi & 0x30): the OR and the second AND in one ternary op.
-                let u = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(lo, m4), hi, m30);
-                let scale = _mm512_permutexvar_epi16(zload(&Q6K_SCALE[2 * h + m]), scz);
-                madd_rows(&mut sumi, u, scale, y0, xs, 4 + 128 * h + 64 * m);
-            }
+            // Crumb 2m (low half) / 2m + 1 (high half) to bits 4..5; a 64-bit shift moves each
+            // byte's own bits there, the mask drops the rest. (lo & 0xF) | (hi & 0x30): the OR
+            // and the second AND in one ternary op.
+            let hi0 = _mm512_sllv_epi64(qh, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
+            let hi1 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+            let u0 = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(ql, m4), hi0, m30);
+            let lo1 = _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4);
+            let u1 = _mm512_ternarylogic_epi32::<0xF8>(lo1, hi1, m30);
+            let scale = _mm512_permutexvar_epi16(zload(&Q6K_PAIR[h]), scz);
+            dpbusd_pair_rows(&mut sumi, (u0, u1), scale, y0, xs, 4 + 128 * h);
         }
         let dv = _mm512_set1_ps(d);
         for c in 0..C {

@@ -5,16 +5,17 @@
 //!
 //! Design of the 512-bit kernels: one zmm holds 64 consecutive values of a weight block, which
 //! are also 64 consecutive bytes of the Q8_K activation block, so an activation row is read with
-//! one full-width load per 64 values and no shuffles. Each 64 values cost a token two
-//! instructions, `vpmaddubsw` (u8 weights × i8 activations → i16 pairs) and `vpdpwssd` (× the
-//! per-16 or per-32 scales as i16, summed into i32 lanes), against six 256-bit ones on the AVX2
-//! path; unpacking the weights and splatting their scales is done once per block for all `C`
-//! tokens. Offsets (Q6_K's −32) fold into the same integer sum through the Q8_K block sums
-//! (one more `vpdpwssd`); Q4_K/Q5_K's float mins are one 256-bit `vpmaddwd` a token. With 32
-//! registers an 8-token tile keeps its 8 integer and 8 float accumulators in registers.
-//! Cost per Q4_K block (256 values): ~45 instructions for one token, ~16 more per extra token
-//! (AVX2: ~110 and ~45). Integer results are identical to the scalar twins; only the f32
-//! accumulation order differs.
+//! one full-width load per 64 values and no shuffles. For the K-quants a token costs one
+//! `vpdpbusd` per 64 values (u8 weights × i8 activations, in i32 sums of 4 that fit an i16), and
+//! per 128 values one `vpackssdw` and one `vpdpwssd` that multiplies by the per-16 or per-32
+//! scales and adds into the i32 accumulator: four ops per 128 values, three of them on port 0,
+//! where the AVX2 path takes about fourteen 256-bit ones. Unpacking the weights and splatting their
+//! scales is done once per block for all `C` tokens. Offsets (Q6_K's −32) fold into the same
+//! integer sum through the Q8_K block sums (one more `vpdpwssd`); Q4_K/Q5_K's float mins are one
+//! 256-bit `vpmaddwd` a token. IQ4_XS (a signed codebook) negates each token's activations where
+//! the weight is negative and uses `vpmaddubsw` + `vpdpwssd` per 64 values. With 32 registers an
+//! 8-token tile keeps its 8 integer and 8 float accumulators in registers. Integer results are
+//! identical to the scalar twins; only the f32 accumulation order differs.
 //!
 //! # Safety
 //! Same contract as the AVX2 kernels (see `avx2/mod.rs`), with AVX-512 F/BW/VL/VNNI on top.
