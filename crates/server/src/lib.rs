@@ -313,39 +313,7 @@ pub fn serve<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
     check_options(&opts)?;
-    let card = ModelCard::new(&opts.name, path, &model);
-    let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
-    let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
-    let counters = scheduler::Counters::default();
-    let mut metrics = metrics::Metrics::new(&counters, opts.budget);
-    let shed = scheduler::Shed::default();
-    let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
-    let (store_tx, store_rx) = std::sync::mpsc::channel();
-    let store_opts = opts.clone();
-    let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
-        let mut ctx = Context::new(model, params);
-        let _ = store_tx.send(adapter_store(&mut ctx, &store_opts));
-        let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
-        Ok((ctx, keep))
-    })?;
-    // Sent before the context's `attach`, which `spawn_with_shed` waited for.
-    let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
-    metrics.set_store(store.clone());
-    let adapters = Arc::new(open_adapters(store, &opts)?);
-    let state = AppState {
-        engine,
-        tok,
-        template,
-        card,
-        metrics,
-        api_key: opts.api_key.clone(),
-        access: access::Access::default(),
-        body_timeout: opts.limits.body_timeout,
-        max_body: opts.max_body,
-        started: Instant::now(),
-        adapters,
-        plan: opts.plan.clone(),
-    };
+    let state = open(model, tok, path, params, &opts, attach)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
@@ -379,6 +347,54 @@ pub fn serve<R: 'static>(
         let app = api::router(state, opts.max_body);
         transport::serve(listener, app, opts.limits, refused, shutdown()).await?;
         Ok(())
+    })
+}
+
+/// Everything [`serve`] serves, before it binds: the scheduler running on a context of
+/// `params` (with `attach` run on its thread), the adapters, metrics and model card. Its
+/// [`AppState::access`] is the default (no key, no Host check); `serve` sets the real one once
+/// it knows the bound address. In-process drivers (the end-to-end fuzz target) route requests
+/// to it with [`api::router`].
+pub fn open<R: 'static>(
+    model: Arc<Model>,
+    tok: Arc<Tokenizer>,
+    path: &Path,
+    params: ContextParams,
+    opts: &ServeOptions,
+    attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
+) -> Result<AppState, ServeError> {
+    let card = ModelCard::new(&opts.name, path, &model);
+    let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
+    let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
+    let counters = scheduler::Counters::default();
+    let mut metrics = metrics::Metrics::new(&counters, opts.budget);
+    let shed = scheduler::Shed::default();
+    let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
+    let (store_tx, store_rx) = std::sync::mpsc::channel();
+    let store_opts = opts.clone();
+    let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
+        let mut ctx = Context::new(model, params);
+        let _ = store_tx.send(adapter_store(&mut ctx, &store_opts));
+        let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
+        Ok((ctx, keep))
+    })?;
+    // Sent before the context's `attach`, which `spawn_with_shed` waited for.
+    let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
+    metrics.set_store(store.clone());
+    let adapters = Arc::new(open_adapters(store, &opts)?);
+    Ok(AppState {
+        engine,
+        tok,
+        template,
+        card,
+        metrics,
+        api_key: opts.api_key.clone(),
+        access: access::Access::default(),
+        body_timeout: opts.limits.body_timeout,
+        max_body: opts.max_body,
+        started: Instant::now(),
+        adapters,
+        plan: opts.plan.clone(),
     })
 }
 
