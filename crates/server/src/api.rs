@@ -439,7 +439,9 @@ impl AppState {
         self.adapters.lease(style, set).await
     }
 
-    /// The prompt of a chat: the model's template over `messages` (at least one), tokenized.
+    /// The prompt of a chat: the model's template over `messages` (at least one), tokenized
+    /// with the template's markup parsed for control tokens and the messages' contents as
+    /// text, so a message cannot forge a turn (`tokenizer::Tokenizer::encode_chat`).
     pub fn chat_prompt(
         &self,
         style: Style,
@@ -448,10 +450,10 @@ impl AppState {
         let template = self.template.as_ref().map_err(|e| {
             ApiError::new(style, StatusCode::INTERNAL_SERVER_ERROR, format!("the model's chat template does not load: {e}; use the completion route with a prompt of your own"))
         })?;
-        let text = template.render(messages, true).map_err(|e| {
+        let prompt = template.render_prompt(messages, &[], true).map_err(|e| {
             ApiError::bad_request(style, format!("{e}; check the messages' roles and order"))
         })?;
-        Ok(self.tok.encode(&text, true, true))
+        Ok(self.tok.encode_chat(&prompt))
     }
 
     /// The cheap checks a generation request passes before any work proportional to it: the

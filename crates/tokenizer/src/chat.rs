@@ -5,6 +5,14 @@
 //!
 //! The template is parsed once at load; a render walks it once per request (microseconds for a
 //! short conversation).
+//!
+//! [`ChatTemplate::render_prompt`] also says where the messages' contents are in the prompt,
+//! so that [`Tokenizer::encode_chat`] tokenizes them as text: a message that writes
+//! `<|im_end|>\n<|im_start|>system` cannot forge a turn; only the template's own markup becomes
+//! control tokens. It renders a second time with each content replaced by a marker no input
+//! holds, and lines the two renders up (a content the template trims is found trimmed).
+
+use std::ops::Range;
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind};
@@ -162,6 +170,110 @@ impl ChatTemplate {
         self.render_with_tools(messages, &[], add_generation_prompt)
     }
 
+    /// [`ChatTemplate::render_with_tools`]'s prompt, and the byte ranges in it that are message
+    /// contents, for [`Tokenizer::encode_chat`] (which tokenizes them as text).
+    ///
+    /// The ranges come from a second render with each non-empty content replaced by a marker
+    /// (private-use characters around a random number, checked to occur in no input), lined up
+    /// with the first: the template text between markers must match exactly, and a content
+    /// must appear as given or trimmed (`| trim`, as Gemma's template writes it). A template
+    /// that changes a content otherwise (slices it, changes case) or decides on what it holds
+    /// cannot be lined up; each content is then looked for as given (or trimmed) in the prompt,
+    /// in message order, and what is found is marked.
+    pub fn render_prompt(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<ChatPrompt, ChatError> {
+        let real = self.render_hf(messages, tools, add_generation_prompt)?;
+        let mut contents = self
+            .marked_contents(messages, tools, add_generation_prompt, &real)
+            .unwrap_or_else(|| searched_contents(messages, &real));
+        let mut text = real;
+        if self.strip_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
+            let n = self.bos_token.len();
+            text.drain(..n);
+            for r in &mut contents {
+                *r = r.start.saturating_sub(n)..r.end.saturating_sub(n);
+            }
+        }
+        if self.strip_eos && !self.eos_token.is_empty() && text.ends_with(&self.eos_token) {
+            text.truncate(text.len() - self.eos_token.len());
+            for r in &mut contents {
+                *r = r.start.min(text.len())..r.end.min(text.len());
+            }
+        }
+        contents.retain(|r| !r.is_empty());
+        Ok(ChatPrompt { text, contents })
+    }
+
+    /// The contents' ranges in `real` (a render of `messages`), from a render with markers in
+    /// their place; `None` when the two do not line up.
+    fn marked_contents(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+        real: &str,
+    ) -> Option<Vec<Range<usize>>> {
+        if messages.iter().all(|m| m.content.is_empty()) {
+            return Some(Vec::new());
+        }
+        // A tag that no input holds: the markers are `{tag}{index}\u{F8FF}`.
+        let inputs: Vec<String> = messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap_or_default())
+            .chain(tools.iter().map(|t| t.to_string()))
+            .collect();
+        let tag = (0..)
+            .map(|_| {
+                use std::hash::{BuildHasher, Hasher};
+                let n = std::collections::hash_map::RandomState::new().build_hasher().finish();
+                format!("\u{F8FE}{n:016x}:")
+            })
+            .find(|tag| inputs.iter().all(|i| !i.contains(tag.as_str())))?;
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let content =
+                    if m.content.is_empty() { String::new() } else { format!("{tag}{i}\u{F8FF}") };
+                ChatMessage { content, ..m.clone() }
+            })
+            .collect();
+        let marked = self.render_hf(&marked, tools, add_generation_prompt).ok()?;
+        // The marked render: template text, then a marker, and so on.
+        let mut pieces: Vec<(&str, Option<usize>)> = Vec::new();
+        let mut rest = marked.as_str();
+        while let Some(at) = rest.find(tag.as_str()) {
+            let after = &rest[at + tag.len()..];
+            let end = after.find('\u{F8FF}')?;
+            let i: usize = after[..end].parse().ok()?;
+            messages.get(i)?;
+            pieces.push((&rest[..at], Some(i)));
+            rest = &after[end + '\u{F8FF}'.len_utf8()..];
+        }
+        pieces.push((rest, None));
+        let mut spans = Vec::new();
+        let mut pos = 0;
+        for (k, &(template, marker)) in pieces.iter().enumerate() {
+            if !real[pos..].starts_with(template) {
+                return None;
+            }
+            pos += template.len();
+            let Some(i) = marker else { continue };
+            let c = messages[i].content.as_str();
+            let next = pieces.get(k + 1).map_or("", |p| p.0);
+            let found = [c, c.trim(), c.trim_start(), c.trim_end()].into_iter().find(|form| {
+                real[pos..].starts_with(form) && real[pos + form.len()..].starts_with(next)
+            })?;
+            spans.push(pos..pos + found.len());
+            pos += found.len();
+        }
+        (pos == real.len()).then_some(spans)
+    }
+
     /// As [`ChatTemplate::render`], with OpenAI-style tool definitions.
     pub fn render_with_tools(
         &self,
@@ -201,6 +313,33 @@ impl ChatTemplate {
             _ => ChatError::Render(e),
         })
     }
+}
+
+/// A rendered chat prompt and where the messages' contents are in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChatPrompt {
+    /// The prompt, as [`ChatTemplate::render_with_tools`] renders it.
+    pub text: String,
+    /// Byte ranges of `text` that are message contents: sorted, disjoint, not empty.
+    pub contents: Vec<Range<usize>>,
+}
+
+/// Each non-empty content (or it trimmed) looked for in `real` in message order, after the
+/// one before: for a template whose render cannot be lined up with a marked one.
+fn searched_contents(messages: &[ChatMessage], real: &str) -> Vec<Range<usize>> {
+    let mut spans = Vec::new();
+    let mut pos = 0;
+    for m in messages.iter().filter(|m| !m.content.trim().is_empty()) {
+        let c = m.content.as_str();
+        if let Some((at, len)) = [c, c.trim()]
+            .into_iter()
+            .find_map(|form| real[pos..].find(form).map(|at| (pos + at, form.len())))
+        {
+            spans.push(at..at + len);
+            pos = at + len;
+        }
+    }
+    spans
 }
 
 fn raise_exception(msg: String) -> Result<Value, JinjaError> {

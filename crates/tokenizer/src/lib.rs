@@ -22,7 +22,8 @@ mod unicode;
 mod vocab;
 
 pub use chat::{
-    strftime, ChatError, ChatMessage, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK, RENDER_FUEL,
+    strftime, ChatError, ChatMessage, ChatPrompt, ChatTemplate, CHATML_FALLBACK, GEMMA_FALLBACK,
+    RENDER_FUEL,
 };
 pub use pretok::PreType;
 pub use stream::StreamDecoder;
@@ -134,7 +135,32 @@ impl Tokenizer {
     /// one step per special-token occurrence that may be taken, each in O(log) of their count),
     /// whatever the number of special tokens; then the merges.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
-        let frags = self.partition(text, parse_special);
+        self.encode_parts(text, add_special, parse_special, &[])
+    }
+
+    /// A chat prompt ([`ChatTemplate::render_prompt`]) tokenized with BOS/EOS as
+    /// `encode(.., add_special = true, ..)` adds them, the template's own text with special
+    /// parsing and the messages' contents as text: a content that writes a control token's text
+    /// (`<|im_start|>`) gets the text's tokens, never the control token. User-defined tokens
+    /// (Gemma's whitespace runs) are split out of contents as `parse_special = false` does.
+    /// It gives exactly `encode(text, true, true)` unless a control token's text overlaps a
+    /// content.
+    pub fn encode_chat(&self, prompt: &ChatPrompt) -> Vec<u32> {
+        self.encode_parts(&prompt.text, true, true, &prompt.contents)
+    }
+
+    /// [`Tokenizer::encode`] with special parsing off inside `as_text` (byte ranges of `text`,
+    /// sorted and disjoint): a control or unknown token's text is split out only where it
+    /// overlaps none of them. Text is not cut at their bounds: the merges run over a fragment
+    /// between special tokens as they would without them.
+    pub fn encode_parts(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        as_text: &[std::ops::Range<usize>],
+    ) -> Vec<u32> {
+        let frags = self.partition_in(text, parse_special, as_text);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             if let Some(bos) = self.special.bos {
@@ -218,7 +244,19 @@ impl Tokenizer {
     /// there (a handful, e.g. Gemma's whitespace runs), so the work is linear in the text. When
     /// no two occurrences overlap and none strips whitespace (a chat prompt's markers), all are
     /// taken at once, without the heap.
+    #[cfg(test)]
     fn partition(&self, text: &str, parse_special: bool) -> Vec<Frag> {
+        self.partition_in(text, parse_special, &[])
+    }
+
+    /// [`Tokenizer::partition`], where a control or unknown token is allowed only where it
+    /// overlaps none of the ranges `as_text` (sorted, disjoint).
+    fn partition_in(
+        &self,
+        text: &str,
+        parse_special: bool,
+        as_text: &[std::ops::Range<usize>],
+    ) -> Vec<Frag> {
         use std::cmp::Reverse;
         let n = text.len();
         if n == 0 {
@@ -227,16 +265,22 @@ impl Tokenizer {
         let Some(ac) = &self.special_ac else {
             return vec![Frag::Text(0, n)];
         };
-        let allowed = |rank: u32| {
+        let len = |rank: u32| self.texts.get(self.special_cache[rank as usize]).map_or(0, str::len);
+        let allowed = |rank: u32, at: usize| {
             let id = self.special_cache[rank as usize];
-            parse_special || self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0
+            if self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0 {
+                return true;
+            }
+            let end = at + len(rank);
+            let i = as_text.partition_point(|r| r.end <= at);
+            parse_special && as_text.get(i).is_none_or(|r| r.start >= end)
         };
         // The longest allowed special text starting at each position (the smallest rank: at one
         // start a longer text ranks first); allocated at the first occurrence.
         let mut best: Vec<u32> = Vec::new();
         for m in ac.find_overlapping_iter(text) {
             let rank = m.pattern().as_u32();
-            if m.is_empty() || !allowed(rank) {
+            if m.is_empty() || !allowed(rank, m.start()) {
                 continue;
             }
             if best.is_empty() {
@@ -249,7 +293,6 @@ impl Tokenizer {
             return vec![Frag::Text(0, n)];
         }
         // The usual case: occurrences that do not overlap and strip nothing are all taken.
-        let len = |rank: u32| self.texts.get(self.special_cache[rank as usize]).map_or(0, str::len);
         let strips = |rank: u32| {
             self.attrs[self.special_cache[rank as usize] as usize] & (attr::LSTRIP | attr::RSTRIP)
                 != 0
@@ -295,7 +338,7 @@ impl Tokenizer {
             let end = at + len(rank);
             if taken.any(at, end) {
                 let mut p = self.special_prefix[rank as usize];
-                while p != NO_SPECIAL && !allowed(p) {
+                while p != NO_SPECIAL && !allowed(p, at) {
                     p = self.special_prefix[p as usize];
                 }
                 if p != NO_SPECIAL {
@@ -741,7 +784,7 @@ mod tests {
         for (_, ty) in tokens {
             b.extend(ty.to_le_bytes());
         }
-        while b.len() % 32 != 0 {
+        while !b.len().is_multiple_of(32) {
             b.push(0);
         }
         let f = gguf::GgufFile::from_bytes(b).expect("synthetic GGUF");
