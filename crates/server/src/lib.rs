@@ -1,9 +1,12 @@
 //! `snug serve`: the OpenAI and Ollama HTTP APIs over snug's continuous-batching scheduler.
 //!
 //! Design: one thread ([`scheduler`]) owns the model's context and runs every admitted request
-//! in one forward pass per step; the HTTP side (axum on a single-threaded tokio runtime) only
-//! parses, renders chat templates, tokenizes and relays text, so it never competes with the
-//! forward pass for the CPUs. Each request gets an unbounded channel of [`scheduler::Event`]s
+//! in one forward pass per step, each job's admission and step isolated so that a panic fails
+//! that request alone (a 500) and `/health` says 503 if the thread is ever gone. The HTTP side
+//! (axum on a single-threaded tokio runtime) relays text; a request's decoding, schema compile,
+//! template render and tokenization run on the blocking pool after the cheap refusals (unknown
+//! model, no place free, a text certainly too long), so one heavy request cannot stall the
+//! others. Each request gets an unbounded channel of [`scheduler::Event`]s
 //! that its handler turns into a JSON body, SSE (`data: …` ending in `data: [DONE]`, OpenAI) or
 //! NDJSON (Ollama). A handler dropped by a client that went away drops its receiver, and the
 //! scheduler frees that sequence's KV blocks at its next step.
@@ -25,7 +28,8 @@
 //! llama-server's list and default scales.
 //!
 //! Safety: loopback by default; `--api-key` requires `Authorization: Bearer` on every route but
-//! `/health`; bodies are limited to `max_body` bytes; a request's model name is only compared
+//! `/health` and the page `/ui`; every request number and list is bounded ([`api::limits`]);
+//! bodies are limited to `max_body` bytes; a request's model name is only compared
 //! with the served model's and the registered adapters' names, never opened
 //! ([`ModelCard::matches`]); an adapter file named over HTTP is confined to `--lora-dir`
 //! ([`adapters::open_confined`]); [`access`] checks `Host`, `Origin`, the content type, the
@@ -381,7 +385,7 @@ pub fn open<R: 'static>(
     // Sent before the context's `attach`, which `spawn_with_shed` waited for.
     let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
     metrics.set_store(store.clone());
-    let adapters = Arc::new(open_adapters(store, &opts)?);
+    let adapters = Arc::new(open_adapters(store, opts)?);
     Ok(AppState {
         engine,
         tok,

@@ -15,13 +15,12 @@ use serde::Deserialize;
 
 /// Chat messages per request.
 pub const MAX_MESSAGES: usize = 4096;
-/// Stop strings per request, and bytes per stop string (the engine's stop matcher holds back
-/// at most the longest one).
-pub const MAX_STOPS: usize = 16;
-pub const MAX_STOP_BYTES: usize = 256;
-/// Entries of a request's `lora` list, and the largest scale magnitude.
+/// Stop strings per request, and bytes per stop string: the engine's stop matcher owns these
+/// (it holds back at most the longest one).
+pub use engine::{MAX_STOPS, MAX_STOP_BYTES};
+/// Entries of a request's `lora` list; the largest scale magnitude is the adapters' own.
 pub const MAX_LORA: usize = 64;
-pub const MAX_LORA_SCALE: f32 = 8.0;
+pub const MAX_LORA_SCALE: f32 = crate::adapters::MAX_SCALE;
 /// Entries of `tools` read before the list is refused (a non-empty list is refused anyway).
 pub const MAX_TOOLS: usize = 64;
 /// Token ids of a completion prompt read while parsing (the context refuses most of these
@@ -30,8 +29,9 @@ pub const MAX_PROMPT_IDS: usize = 1 << 18;
 /// Entries of `logit_bias`, and the bias range (OpenAI's).
 pub const MAX_LOGIT_BIAS: usize = 1024;
 pub const MAX_BIAS: f32 = 100.0;
-/// `repeat_last_n` before the context is known; the context bounds it further.
-pub const MAX_REPEAT_LAST_N: i64 = 1 << 20;
+/// `repeat_last_n` before the context is known (the sampler's own bound); the context bounds it
+/// further.
+pub const MAX_REPEAT_LAST_N: i64 = engine::MAX_REPEAT_LAST_N as i64;
 /// OpenAI's temperature range.
 pub const MAX_TEMPERATURE: f32 = 2.0;
 
