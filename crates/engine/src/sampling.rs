@@ -94,6 +94,10 @@ impl SamplerParams {
     }
 }
 
+/// Recent-token slots a sampler reserves when it is made (1 KiB): the default window (64) and
+/// the usual ones fit without a reallocation while decoding.
+const RECENT_RESERVED: usize = 256;
+
 /// xoshiro256** seeded through splitmix64: small, fast and identical on every platform.
 #[derive(Clone, Debug)]
 pub struct Rng([u64; 4]);
@@ -152,7 +156,11 @@ impl Sampler {
         Sampler {
             rng: Rng::new(params.seed),
             cand: Vec::with_capacity(n_vocab),
-            recent: std::collections::VecDeque::new(),
+            // Room for the usual windows up front, so that decoding allocates nothing per token;
+            // a longer window grows as tokens come, never sized by the request's number.
+            recent: std::collections::VecDeque::with_capacity(
+                params.repeat_window().min(RECENT_RESERVED),
+            ),
             counts: vec![0; n_vocab],
             params,
         }
@@ -347,14 +355,14 @@ mod tests {
         for n in [0, 64, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT] {
             assert!(with(n).validate().is_ok(), "{n}");
         }
-        // Even unvalidated, a huge window allocates nothing up front.
+        // Even unvalidated, a huge window reserves only the fixed few slots up front.
         for n in [i64::MAX as usize, usize::MAX] {
             let mut s = Sampler::new(SamplerParams { repeat_penalty: 2.0, ..with(n) }, 3);
-            assert_eq!(s.recent.capacity(), 0);
+            assert!(s.recent.capacity() <= 2 * RECENT_RESERVED, "{}", s.recent.capacity());
             for t in [0, 0, 1] {
                 s.accept(t);
             }
-            assert!(s.recent.capacity() < 64);
+            assert!(s.recent.capacity() <= 2 * RECENT_RESERVED);
             assert_eq!(s.counts[..2], [2, 1]);
         }
         // The whole context: every token given stays in the window.
