@@ -36,7 +36,7 @@ use memory::fmt_bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::api::Shared;
+use crate::AppState;
 
 /// The page, embedded.
 pub const PAGE: &str = include_str!("ui/page.html");
@@ -352,7 +352,7 @@ fn live(st: &crate::AppState) -> Live {
 }
 
 /// `GET /ui/memory`: the plan, what the server holds now, the bar's segments and the picture.
-pub async fn memory(State(st): Shared) -> Response {
+pub async fn memory(State(st): State<std::sync::Arc<AppState>>) -> Response {
     let live = live(&st);
     axum::Json(json!({
         "model": st.card.name,
