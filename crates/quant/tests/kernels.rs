@@ -1,5 +1,6 @@
-//! Every SIMD kernel against its scalar twin (random blocks, odd lengths), every path's matmul
-//! against plain f32 math on dequantized weights, and typed errors on bad shapes.
+//! Every SIMD kernel against its scalar twin (random and edge-case blocks, odd lengths, every
+//! token count through two tiles), every path's matmul against plain f32 math on dequantized
+//! weights, and typed errors on bad shapes.
 
 use quant::kernels::{
     matmul_with, quantize_activation_with, vec_dot_rows_with, vec_dot_type, vec_dot_with, Isa,
@@ -355,4 +356,165 @@ fn matmul_multi_refuses_mixed_activation_formats_and_widths() {
     assert!(matches!(r, Err(KernelError::Len { .. })), "{r:?}");
     let r = quant::kernels::matmul_multi(&pool, &[], &x, 1, &mut [], &mut scratch);
     assert!(matches!(r, Err(KernelError::Len { .. })), "{r:?}");
+}
+
+// --- edge cases: every SIMD path's 1-, 2-, 4- and TILE-row kernels against the scalar twin on
+// blocks with every quant byte at 0x00, 0xFF, 0x80, 0x7F and alternating patterns (all-min and
+// all-max quants, the most negative Q6_K scales), zero, subnormal and largest-finite f16 scales,
+// and activations that quantize to ±127, 0 or one outlier; then matmul over every token count up
+// to two tiles and a bit, so each tile/tail split runs.
+
+/// The quantized types: the ones with 512-bit kernels first.
+const QUANTIZED: [GgmlType; 12] = [
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::IQ4XS,
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::IQ4NL,
+];
+
+/// Fill patterns for the non-scale bytes of a block (`None`: random bytes).
+const FILLS: [Option<[u8; 2]>; 7] = [
+    Some([0x00, 0x00]),
+    Some([0xFF, 0xFF]),
+    Some([0x80, 0x80]),
+    Some([0x7F, 0x7F]),
+    Some([0x55, 0xAA]),
+    Some([0x0F, 0xF0]),
+    None,
+];
+
+/// f16 scales: zero, the smallest subnormal, ordinary, and the largest finite, both signs.
+const SCALES: [f32; 6] = [0.0, 5.96e-8, 0.013, -0.7, 65504.0, -65504.0];
+
+/// A row of `blocks` blocks of `ty`: quant bytes from `fill`, f16 fields from `scales`
+/// (rotating through them per field and block).
+fn edge_row(
+    rng: &mut StdRng,
+    ty: GgmlType,
+    blocks: usize,
+    fill: Option<[u8; 2]>,
+    s0: usize,
+) -> Vec<u8> {
+    let mut v = vec![0u8; blocks * ty.type_size()];
+    for (k, b) in v.iter_mut().enumerate() {
+        *b = match fill {
+            Some(f) => f[k % 2],
+            None => rng.gen(),
+        };
+    }
+    for (bi, block) in v.chunks_exact_mut(ty.type_size()).enumerate() {
+        for (fi, &off) in f16_fields(ty).iter().enumerate() {
+            let d = half::f16::from_f32(SCALES[(s0 + bi + 2 * fi) % SCALES.len()]);
+            block[off..off + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    v
+}
+
+/// Activation rows that quantize to edge values: all +127, alternating ±127, all zero, one
+/// outlier among tiny values, and random.
+fn edge_acts(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
+    vec![
+        vec![2.0; n],
+        (0..n).map(|k| if k % 2 == 0 { 3.0 } else { -3.0 }).collect(),
+        vec![0.0; n],
+        (0..n).map(|k| if k == n / 3 { -1000.0 } else { 1e-3 * (k % 7) as f32 }).collect(),
+        (0..n).map(|_| rng.gen_range(-2f32..2.0)).collect(),
+        (0..n).map(|k| if k % 3 == 0 { -2.0 } else { 2.0 }).collect(),
+        (0..n).map(|_| rng.gen_range(-1e3f32..1e3)).collect(),
+        (0..n).map(|k| (k % 256) as f32 - 128.0).collect(),
+    ]
+}
+
+#[test]
+fn every_simd_row_kernel_matches_scalar_on_edge_case_blocks() {
+    let mut rng = StdRng::seed_from_u64(30);
+    let mut checked = 0usize;
+    for isa in simd_paths() {
+        for ty in QUANTIZED {
+            let per = ty.block_size().max(vec_dot_type(ty).block_size());
+            for (fi, fill) in FILLS.into_iter().enumerate() {
+                for blocks in [1usize, 2, 5] {
+                    let n = blocks * per;
+                    let w = edge_row(&mut rng, ty, n / ty.block_size(), fill, fi + blocks);
+                    let acts = edge_acts(&mut rng, n);
+                    let xq: Vec<Vec<u8>> = acts.iter().map(|x| act_row(ty, x)).collect();
+                    let want: Vec<f32> = xq
+                        .iter()
+                        .map(|x| vec_dot_with(Isa::Scalar, ty, n, &w, x).unwrap())
+                        .collect();
+                    let tol: Vec<f32> =
+                        acts.iter().map(|x| 1e-5 * magnitude(ty, n, &w, x).max(1e-3)).collect();
+                    for rows in [1, 2, 4, TILE] {
+                        for first in (0..acts.len()).step_by(rows.min(acts.len())) {
+                            let idx: Vec<usize> =
+                                (0..rows).map(|c| (first + c) % acts.len()).collect();
+                            let x: Vec<u8> = idx.iter().flat_map(|&k| xq[k].clone()).collect();
+                            let mut got = vec![f32::NAN; rows];
+                            vec_dot_rows_with(isa, ty, n, &w, &x, &mut got).unwrap();
+                            for (c, &k) in idx.iter().enumerate() {
+                                assert!(
+                                    (got[c] - want[k]).abs() <= tol[k],
+                                    "{isa} {ty} fill {fill:?} n={n} {rows} rows, act {k}: {} vs \
+                                     scalar {}",
+                                    got[c],
+                                    want[k]
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // On a machine with a SIMD path, the loops above ran; with none there is nothing to compare.
+    assert!(simd_paths().is_empty() || checked > 10_000, "only {checked} dots compared");
+}
+
+#[test]
+fn matmul_matches_scalar_for_every_token_count_through_two_tiles() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    for ty in QUANTIZED {
+        let (rows, cols) = (19, 2 * 256);
+        let w: Vec<u8> = {
+            let mut v: Vec<u8> =
+                (0..ty.row_bytes(rows * cols).unwrap()).map(|_| rng.gen()).collect();
+            for block in v.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    let d = half::f16::from_f32(rng.gen_range(-0.05f32..0.05));
+                    block[off..off + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+            v
+        };
+        let mat = MatRef { ty, data: &w, rows, cols };
+        let w_row = ty.row_bytes(cols).unwrap();
+        for m in 1..=2 * TILE + 3 {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.gen_range(-2f32..2.0)).collect();
+            let mut want = vec![0f32; m * rows];
+            matmul_with(Isa::Scalar, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
+            for isa in simd_paths() {
+                let mut y = vec![f32::NAN; m * rows];
+                matmul_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
+                for (k, (a, b)) in y.iter().zip(&want).enumerate() {
+                    let (t, r) = (k / rows, k % rows);
+                    let wr = &w[r * w_row..(r + 1) * w_row];
+                    let tol =
+                        1e-5 * magnitude(ty, cols, wr, &x[t * cols..(t + 1) * cols]).max(1e-3);
+                    assert!((a - b).abs() <= tol, "{isa} {ty} m={m} token {t} row {r}: {a} vs {b}");
+                }
+            }
+        }
+    }
 }

@@ -11,8 +11,9 @@
 //! loop over them runs inside the kernel's target-feature function: a call per row (register
 //! saves, constants, the result returned through memory) cost about an eighth of a 1,536-value
 //! Q4_K row at 4 tokens, and decode runs ~800k rows a token on a 1.5B model. Paths: scalar,
-//! AVX2+FMA+F16C, AVX-512 (the AVX2 sources recompiled with AVX-512VL+VNNI), NEON (Q8_0/Q4_0
-//! only so far; other types fall back to scalar on aarch64).
+//! AVX2+FMA+F16C, AVX-512 (512-bit VNNI kernels for Q4_K, Q5_K, Q6_K and IQ4_XS; the AVX2
+//! sources recompiled with AVX-512VL+VNNI for the rest), NEON (Q8_0/Q4_0 only so far; other
+//! types fall back to scalar on aarch64).
 //!
 //! Raw block layouts the kernels read (byte offsets; f16/f32/i16 little-endian):
 //! - Q4_0 (18 B / 32): d f16 @0, qs[16] @2 (value j = low nibble of qs[j], j+16 = high nibble)

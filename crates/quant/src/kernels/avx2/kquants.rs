@@ -42,7 +42,7 @@ fn sub_blocks<const C: usize>(n: usize) -> usize {
 /// The CPU has AVX2 (the callers' contract).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn shuffle_mem(v: __m256i, ctrl: &Ctrl) -> __m256i {
+pub(crate) unsafe fn shuffle_mem(v: __m256i, ctrl: &Ctrl) -> __m256i {
     let r: __m256i;
     // SAFETY: AVX2 per the contract; the instruction reads only the 32 bytes of `ctrl`.
     unsafe {
@@ -59,7 +59,7 @@ unsafe fn shuffle_mem(v: __m256i, ctrl: &Ctrl) -> __m256i {
 
 /// A `vpshufb` control (both 128-bit halves shuffle the same way; 0x80 writes a zero byte).
 #[repr(C, align(32))]
-struct Ctrl([u8; 32]);
+pub(crate) struct Ctrl([u8; 32]);
 
 /// Both halves of a 256-bit control from one 16-byte pattern.
 const fn ctrl(half: [u8; 16]) -> Ctrl {
@@ -93,7 +93,7 @@ static K4_HI: Ctrl = {
     let z = 0x80;
     ctrl([z, z, z, z, 0, 1, 2, 3, z, z, z, z, 4, 5, 6, 7])
 };
-static K4_MINS16: Ctrl = {
+pub(crate) static K4_MINS16: Ctrl = {
     let z = 0x80;
     Ctrl([
         8, z, 8, z, 9, z, 9, z, 10, z, 10, z, 11, z, 11, z, //
@@ -106,7 +106,7 @@ static K4_MINS16: Ctrl = {
 /// header was a third of the instructions of a block). Kept as bytes: each use zero-extends
 /// what it needs in the one shuffle that places it. Reads 16 bytes: the quants follow.
 #[inline(always)]
-unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
+pub(crate) unsafe fn k4_scales_mins(s: *const u8) -> __m256i {
     let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(s.cast()));
     // Low bits: scale j<4 = s[j]&63, scale j≥4 = s[j+4]&15, min j<4 = s[j+4]&63,
     // min j≥4 = s[j+4]>>4.

@@ -36,7 +36,7 @@ use crate::GgmlType;
 /// # Safety
 /// 8 bytes at `p` are readable and the CPU has F16C.
 #[inline(always)]
-unsafe fn f16x4_at(p: *const u8) -> __m128 {
+pub(super) unsafe fn f16x4_at(p: *const u8) -> __m128 {
     let v: __m128;
     // SAFETY: forwarded contract; the instruction only reads those 8 bytes.
     unsafe {
@@ -52,26 +52,26 @@ unsafe fn f16x4_at(p: *const u8) -> __m128 {
 
 /// The two f16 at `p` and `p + 2` (8 readable bytes at `p`) as f32.
 #[inline(always)]
-unsafe fn f16x2_at(p: *const u8) -> (f32, f32) {
+pub(super) unsafe fn f16x2_at(p: *const u8) -> (f32, f32) {
     let v = f16x4_at(p);
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
 /// The f16 at `p` (8 readable bytes at `p`) as f32.
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(f16x4_at(p))
 }
 
 /// The f16 that ends a block at `p + 2` (8 readable bytes end there) as f32.
 #[inline(always)]
-unsafe fn f16_end_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_end_at(p: *const u8) -> f32 {
     let v = f16x4_at(p.sub(6));
     _mm_cvtss_f32(_mm_permute_ps::<0b11>(v))
 }
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p.cast())
 }
 
@@ -121,7 +121,7 @@ pub(crate) const PREFETCH_AHEAD: usize = 4096;
 /// One hint per 64 bytes covers every line: a line a block's hints miss, the next block's first
 /// hint takes.
 #[inline(always)]
-unsafe fn prefetch_block<const C: usize>(p: *const u8, bytes: usize) {
+pub(super) unsafe fn prefetch_block<const C: usize>(p: *const u8, bytes: usize) {
     if C <= 4 {
         let mut o = 0;
         while o < bytes {

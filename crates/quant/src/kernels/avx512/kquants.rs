@@ -1,0 +1,334 @@
+//! 512-bit K-quant kernels (Q4_K, Q5_K, Q6_K) and IQ4_XS against Q8_K, generic over `C`
+//! activation rows like the AVX2 ones (the module doc in `mod.rs` says the design). Every
+//! kernel here has the contract of the AVX2 kernels plus AVX-512 F/BW/VL/VNNI.
+
+// Index loops over the C activation rows read more plainly than zipped iterators here.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::super::avx2::{
+    f16_at, f16_end_at, f16x2_at, k4_scales_mins, load, prefetch_block, shuffle_mem, K4_MINS16,
+};
+use crate::blocks::IQ4_NL_VALUES;
+
+/// 64-byte-aligned constant vector (loaded with one aligned load, often folded into its use).
+#[repr(C, align(64))]
+struct Z([u8; 64]);
+
+#[inline(always)]
+unsafe fn zload(z: &Z) -> __m512i {
+    _mm512_load_si512(z.0.as_ptr().cast())
+}
+
+#[inline(always)]
+unsafe fn load512(p: *const u8) -> __m512i {
+    _mm512_loadu_si512(p.cast())
+}
+
+/// The 32 bytes at `p` in both 256-bit halves of a zmm.
+#[inline(always)]
+unsafe fn bcast256(p: *const u8) -> __m512i {
+    _mm512_broadcast_i64x4(load(p))
+}
+
+/// i16 lane `i` as an index vector (`vpermw` control).
+const fn idx_i16(table: [u8; 32]) -> Z {
+    let mut z = [0u8; 64];
+    let mut i = 0;
+    while i < 32 {
+        z[2 * i] = table[i];
+        i += 1;
+    }
+    Z(z)
+}
+
+/// `[a; 16]` then `[b; 16]`.
+const fn halves(a: u8, b: u8) -> [u8; 32] {
+    let mut t = [a; 32];
+    let mut i = 16;
+    while i < 32 {
+        t[i] = b;
+        i += 1;
+    }
+    t
+}
+
+/// A weight format with a 512-bit kernel: its 256-value block size in bytes and the work of one
+/// block for `C` activation rows (Q8_K blocks at `y0 + c·xs`), added into `acc`.
+pub(crate) trait Block512 {
+    const BYTES: usize;
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]);
+}
+
+/// The dot of one weight row of `n` values of `K` with `C` Q8_K activation rows at a stride of
+/// `xs` bytes: every kernel of this file is this loop around its `block`.
+#[inline(always)]
+pub(crate) unsafe fn dot<K: Block512, const C: usize>(
+    n: usize,
+    w: &[u8],
+    x: &[u8],
+    xs: usize,
+) -> [f32; C] {
+    let mut acc = [_mm512_setzero_ps(); C];
+    let blocks = w.chunks_exact(K::BYTES).zip(x.chunks_exact(292));
+    for (b, y0) in blocks.take(n / 256) {
+        prefetch_block::<C>(b.as_ptr(), K::BYTES);
+        K::block(b.as_ptr(), y0.as_ptr(), xs, &mut acc);
+    }
+    let mut out = [0f32; C];
+    for (o, a) in out.iter_mut().zip(&acc) {
+        *o = _mm512_reduce_add_ps(*a);
+    }
+    out
+}
+
+// --- Q4_K / Q5_K --------------------------------------------------------------------------------
+
+/// A Q4_K or Q5_K block read 64 values at a time.
+pub(crate) trait K4Z {
+    /// Values 64j..64j+64 of the block at `b` as unsigned bytes.
+    unsafe fn quad(b: *const u8, j: usize) -> __m512i;
+}
+
+pub(crate) struct Q4KZ;
+pub(crate) struct Q5KZ;
+
+/// The 32 nibble bytes at `p`: low nibbles in bytes 0..32, high nibbles in bytes 32..64.
+#[inline(always)]
+unsafe fn nibbles_64(p: *const u8) -> __m512i {
+    let q = _mm512_srlv_epi64(bcast256(p), _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4));
+    _mm512_and_si512(q, _mm512_set1_epi8(0xF))
+}
+
+impl K4Z for Q4KZ {
+    #[inline(always)]
+    unsafe fn quad(b: *const u8, j: usize) -> __m512i {
+        nibbles_64(b.add(16 + 32 * j))
+    }
+}
+
+/// Q5_K: bit 2j of qh[l] is bit 4 of value 64j + l, bit 2j + 1 that of value 64j + 32 + l.
+static Q5K_BITS: [Z; 4] = {
+    let mut t = [const { Z([0; 64]) }; 4];
+    let mut j = 0;
+    while j < 4 {
+        let mut p = 0;
+        while p < 64 {
+            t[j].0[p] = 1 << (2 * j + p / 32);
+            p += 1;
+        }
+        j += 1;
+    }
+    t
+};
+
+impl K4Z for Q5KZ {
+    #[inline(always)]
+    unsafe fn quad(b: *const u8, j: usize) -> __m512i {
+        let q = nibbles_64(b.add(48 + 32 * j));
+        let hi = _mm512_test_epi8_mask(bcast256(b.add(16)), zload(&Q5K_BITS[j]));
+        _mm512_mask_add_epi8(q, hi, q, _mm512_set1_epi8(16))
+    }
+}
+
+/// `K4_PAIR[p]`: the i16 scales for the `vpackssdw` of quads 2p and 2p + 1's `vpdpbusd` sums:
+/// i16 lane k of 128-bit lane L holds values 64(2p + k/4) + 16L.. (4 per i32 sum), whose scale
+/// is 2(2p + k/4) + L/2 (`vpermw` indices into the scales as i16).
+static K4_PAIR: [Z; 2] = [pair_idx(0, 2, 2), pair_idx(4, 2, 2)];
+
+/// A `vpermw` control for the i16 lanes after `vpackssdw`: i16 lane k of 128-bit lane L takes
+/// scale `base + step·(k/4) + L/per_l` (k/4 picks the packed source, L its 16 values).
+const fn pair_idx(base: usize, step: usize, per_l: usize) -> Z {
+    let mut t = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        let (l, k) = (i / 8, i % 8);
+        t[i] = (base + step * (k / 4) + l / per_l) as u8;
+        i += 1;
+    }
+    idx_i16(t)
+}
+
+/// For each activation row c: `sumi[c] += scales · (u0·y | u1·y')` over the 128 activation
+/// bytes at `y0 + c·xs + off`: one `vpdpbusd` per 64 values (u8 · i8 in sums of 4, which fit
+/// an i16: |4·63·127| < 2^15), both packed to i16 and scaled by one `vpdpwssd`. Six of the
+/// eight ops run on port 0 where `vpmaddubsw` + `vpdpwssd` per 64 values would take eight.
+#[inline(always)]
+unsafe fn dpbusd_pair_rows<const C: usize>(
+    sumi: &mut [__m512i; C],
+    (u0, u1): (__m512i, __m512i),
+    scale16: __m512i,
+    y0: *const u8,
+    xs: usize,
+    off: usize,
+) {
+    for c in 0..C {
+        let y = y0.add(c * xs + off);
+        let d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, load512(y));
+        let d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, load512(y.add(64)));
+        sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(d0, d1), scale16);
+    }
+}
+
+/// Q4_K/Q5_K against Q8_K: `d·Σ scale·u·q8 − dmin·Σ min·bsum`, the scales splatted per 32
+/// values, the mins against the Q8_K block sums.
+#[inline(always)]
+unsafe fn k4_block<W: K4Z, const C: usize>(
+    b: *const u8,
+    y0: *const u8,
+    xs: usize,
+    acc: &mut [__m512; C],
+) {
+    let (d, dmin) = f16x2_at(b);
+    let sm = k4_scales_mins(b.add(4));
+    let sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(sm)));
+    let mut sumi = [_mm512_setzero_si512(); C];
+    for p in 0..2 {
+        let u = (W::quad(b, 2 * p), W::quad(b, 2 * p + 1));
+        let scale = _mm512_permutexvar_epi16(zload(&K4_PAIR[p]), sc16);
+        dpbusd_pair_rows(&mut sumi, u, scale, y0, xs, 4 + 128 * p);
+    }
+    // Min term Σ_k bsums[k] · min[k/2] (8 lanes) and the block's two float scales.
+    let mins16 = shuffle_mem(sm, &K4_MINS16);
+    let (dv, mv) = (_mm512_set1_ps(d), _mm256_set1_ps(dmin));
+    for c in 0..C {
+        let y = y0.add(c * xs);
+        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, load(y.add(260))));
+        let m = _mm512_zextps256_ps512(_mm256_mul_ps(mv, m));
+        let t = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(sumi[c]), m);
+        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(y.cast::<f32>().read_unaligned()), t, acc[c]);
+    }
+}
+
+impl Block512 for Q4KZ {
+    const BYTES: usize = 144;
+    #[inline(always)]
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+        k4_block::<Self, C>(b, y0, xs, acc)
+    }
+}
+
+impl Block512 for Q5KZ {
+    const BYTES: usize = 176;
+    #[inline(always)]
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+        k4_block::<Self, C>(b, y0, xs, acc)
+    }
+}
+
+// --- Q6_K ---------------------------------------------------------------------------------------
+
+/// `Q6K_PAIR[h]`: the i16 scales for the `vpackssdw` of chunks (h, 0) and (h, 1): i16 lane k of
+/// 128-bit lane L holds values 128h + 64(k/4) + 16L.., scale 8h + 4(k/4) + L.
+static Q6K_PAIR: [Z; 2] = [pair_idx(0, 4, 1), pair_idx(8, 4, 1)];
+
+/// Q6_K against Q8_K. Values 128h + 64m + l: low 4 bits from the nibble m of ql[64h + l], bits
+/// 4..5 from crumb 2m + l/32 of qh[128 + 32h + l % 32]; stored q = u − 32, folded in as
+/// −32·scale per Q8_K block sum.
+pub(crate) struct Q6KZ;
+
+impl Block512 for Q6KZ {
+    const BYTES: usize = 210;
+    #[inline(always)]
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+        let (m4, m30) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
+        let d = f16_end_at(b.add(208));
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+        let scz = _mm512_castsi256_si512(sc);
+        // −32·scale per Q8_K block sum: |32·128·2032·2| < 2^31.
+        let bias = _mm512_zextsi256_si512(_mm256_sub_epi16(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi16::<5>(sc),
+        ));
+        let mut sumi = [_mm512_setzero_si512(); C];
+        for c in 0..C {
+            let bs = _mm512_zextsi256_si512(load(y0.add(c * xs + 260)));
+            sumi[c] = _mm512_dpwssd_epi32(sumi[c], bias, bs);
+        }
+        for h in 0..2 {
+            let ql = load512(b.add(64 * h));
+            let qh = bcast256(b.add(128 + 32 * h));
+            // Crumb 2m (low half) / 2m + 1 (high half) to bits 4..5; a 64-bit shift moves each
+            // byte's own bits there, the mask drops the rest. (lo & 0xF) | (hi & 0x30): the OR
+            // and the second AND in one ternary op.
+            let hi0 = _mm512_sllv_epi64(qh, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
+            let hi1 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+            let u0 = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(ql, m4), hi0, m30);
+            let lo1 = _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4);
+            let u1 = _mm512_ternarylogic_epi32::<0xF8>(lo1, hi1, m30);
+            let scale = _mm512_permutexvar_epi16(zload(&Q6K_PAIR[h]), scz);
+            dpbusd_pair_rows(&mut sumi, (u0, u1), scale, y0, xs, 4 + 128 * h);
+        }
+        let dv = _mm512_set1_ps(d);
+        for c in 0..C {
+            let yd = y0.add(c * xs).cast::<f32>().read_unaligned();
+            let t = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(sumi[c]));
+            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(yd), t, acc[c]);
+        }
+    }
+}
+
+// --- IQ4_XS -------------------------------------------------------------------------------------
+
+/// `IQ4_SCALE[p]`: scale 2p into i16 lanes 0..16, 2p + 1 into lanes 16..32.
+static IQ4_SCALE: [Z; 4] =
+    [idx_i16(halves(0, 1)), idx_i16(halves(2, 3)), idx_i16(halves(4, 5)), idx_i16(halves(6, 7))];
+
+/// The 8 IQ4_XS scales (6 bits, minus 32) of the block at `b` as i16 lanes 0..8.
+#[inline(always)]
+unsafe fn iq4_xs_scales(b: *const u8) -> __m128i {
+    // Low 4 bits: nibble ib % 2 of scales_l[ib / 2]; high 2 bits: crumb ib of scales_h.
+    let sl = _mm_set1_epi32(b.add(4).cast::<i32>().read_unaligned());
+    let z = 0x80u8 as i8;
+    let sl = _mm_shuffle_epi8(sl, _mm_setr_epi8(0, z, 0, z, 1, z, 1, z, 2, z, 2, z, 3, z, 3, z));
+    let lo = _mm_and_si128(
+        _mm_srlv_epi16(sl, _mm_setr_epi16(0, 4, 0, 4, 0, 4, 0, 4)),
+        _mm_set1_epi16(0xF),
+    );
+    let sh = _mm_set1_epi16(b.add(2).cast::<i16>().read_unaligned());
+    let hi = _mm_and_si128(
+        _mm_srlv_epi16(sh, _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm_set1_epi16(3),
+    );
+    let hi = _mm_slli_epi16::<4>(hi);
+    _mm_sub_epi16(_mm_or_si128(lo, hi), _mm_set1_epi16(32))
+}
+
+/// IQ4_XS against Q8_K. Values 32ib + l: codebook entry of nibble l / 16 of qs[16ib + l % 16];
+/// a zmm takes groups 2p and 2p + 1. The codebook is signed, so each token's activations take
+/// the weights' signs (masked negate) against the weights' magnitudes.
+pub(crate) struct Iq4XsZ;
+
+impl Block512 for Iq4XsZ {
+    const BYTES: usize = 136;
+    #[inline(always)]
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()));
+        let d = f16_at(b);
+        let sc = _mm512_castsi128_si512(iq4_xs_scales(b));
+        let mut sumi = [_mm512_setzero_si512(); C];
+        for p in 0..4 {
+            // 128-bit lanes: qs 32p.. low, same high, qs 32p + 16.. low, same high.
+            let q = {
+                let t = bcast256(b.add(8 + 32 * p));
+                _mm512_shuffle_i64x2::<0b0101_0000>(t, t)
+            };
+            let q = _mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+            let q = _mm512_shuffle_epi8(lut, _mm512_and_si512(q, _mm512_set1_epi8(0xF)));
+            let (neg, mag) = (_mm512_movepi8_mask(q), _mm512_abs_epi8(q));
+            let scale = _mm512_permutexvar_epi16(zload(&IQ4_SCALE[p]), sc);
+            for c in 0..C {
+                let y = load512(y0.add(c * xs + 4 + 64 * p));
+                let y = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                let pr = _mm512_maddubs_epi16(mag, y);
+                sumi[c] = _mm512_dpwssd_epi32(sumi[c], pr, scale);
+            }
+        }
+        for c in 0..C {
+            let yd = y0.add(c * xs).cast::<f32>().read_unaligned();
+            let t = _mm512_cvtepi32_ps(sumi[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d * yd), t, acc[c]);
+        }
+    }
+}

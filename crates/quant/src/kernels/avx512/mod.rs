@@ -1,0 +1,50 @@
+//! x86-64 AVX-512 path (F/BW/VL + VNNI): 512-bit kernels for the K-quants that make up the
+//! Q4_K_M mix (Q4_K, Q6_K, Q5_K) and IQ4_XS (`kquants.rs`), and for every other type the AVX2
+//! kernel sources compiled again with these features (32 vector registers, and one `vpdpbusd`
+//! for the legacy formats' u8·i8 sums).
+//!
+//! Design of the 512-bit kernels: one zmm holds 64 consecutive values of a weight block, which
+//! are also 64 consecutive bytes of the Q8_K activation block, so an activation row is read with
+//! one full-width load per 64 values and no shuffles. For the K-quants a token costs one
+//! `vpdpbusd` per 64 values (u8 weights × i8 activations, in i32 sums of 4 that fit an i16), and
+//! per 128 values one `vpackssdw` and one `vpdpwssd` that multiplies by the per-16 or per-32
+//! scales and adds into the i32 accumulator: four ops per 128 values, three of them on port 0,
+//! where the AVX2 path takes about fourteen 256-bit ones. Unpacking the weights and splatting their
+//! scales is done once per block for all `C` tokens. Offsets (Q6_K's −32) fold into the same
+//! integer sum through the Q8_K block sums (one more `vpdpwssd`); Q4_K/Q5_K's float mins are one
+//! 256-bit `vpmaddwd` a token. IQ4_XS (a signed codebook) negates each token's activations where
+//! the weight is negative and uses `vpmaddubsw` + `vpdpwssd` per 64 values. With 32 registers an
+//! 8-token tile keeps its 8 integer and 8 float accumulators in registers. Integer results are
+//! identical to the scalar twins; only the f32 accumulation order differs.
+//!
+//! # Safety
+//! Same contract as the AVX2 kernels (see `avx2/mod.rs`), with AVX-512 F/BW/VL/VNNI on top.
+
+use super::avx2::{simd_kernels, simd_quantizer, simd_table};
+use super::{DotKernels, Partner, QuantizeFn};
+use crate::GgmlType;
+
+mod kquants;
+
+pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
+    use kquants::*;
+    match ty {
+        GgmlType::Q4K => {
+            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q4KZ>))
+        }
+        GgmlType::Q5K => {
+            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q5KZ>))
+        }
+        GgmlType::Q6K => {
+            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q6KZ>))
+        }
+        GgmlType::IQ4XS => {
+            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Iq4XsZ>))
+        }
+        _ => simd_table!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true, ty),
+    }
+}
+
+pub(crate) fn quantizer(p: Partner) -> QuantizeFn {
+    simd_quantizer!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", p)
+}
