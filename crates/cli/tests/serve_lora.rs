@@ -103,6 +103,23 @@ fn answer(s: &Server, extra: Value) -> String {
     v["choices"][0]["message"]["content"].as_str().unwrap().trim().to_string()
 }
 
+/// The twenty most likely first answer tokens with their log-probabilities, ordered by token
+/// text (so two answers compare entry by entry).
+fn first_token_logprobs(s: &Server, extra: Value) -> Vec<(String, f64)> {
+    let mut body = extra;
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(20);
+    let (status, v) = chat(s, body);
+    assert_eq!(status, 200, "{v}");
+    let top = v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().unwrap().clone();
+    let mut by_token: Vec<(String, f64)> = top
+        .iter()
+        .map(|t| (t["token"].as_str().unwrap().to_string(), t["logprob"].as_f64().unwrap()))
+        .collect();
+    by_token.sort_by(|a, b| a.0.cmp(&b.0));
+    by_token
+}
+
 fn model(adapter: &str) -> Value {
     json!({ "model": format!("{ALIAS}:{adapter}") })
 }
@@ -165,8 +182,16 @@ fn adapter_answers_equal_snug_run_alone_and_in_a_mixed_batch() {
     ];
     let alone: Vec<String> = sets.iter().map(|b| answer(&s, b.clone())).collect();
     assert_eq!(alone[..3], [alone_base.clone(), alone_qv.clone(), alone_mine.clone()]);
-    for (i, a) in alone.iter().enumerate() {
-        assert!(alone[..i].iter().all(|b| b != a), "set {i} answers differently from the others");
+    // Each set gives the model a different distribution at the first answer token. Two sets may
+    // still share a greedy text (a tiny model on one prompt often does, and which ones do
+    // depends on the kernels' summation order), so the check is on the distribution itself.
+    let first: Vec<_> = sets.iter().map(|b| first_token_logprobs(&s, b.clone())).collect();
+    for (i, a) in first.iter().enumerate() {
+        for (j, b) in first[..i].iter().enumerate() {
+            let same = a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && (x.1 - y.1).abs() <= 1e-3);
+            assert!(!same, "sets {j} and {i} give the same first-token distribution: {a:?}");
+        }
     }
     let url_s = &s;
     for _ in 0..2 {
@@ -345,8 +370,11 @@ fn adapters_are_listed_added_removed_and_confined_over_http() {
     );
 
     // Removing an adapter in use: its request finishes on it; new ones get 404.
+    // Qwen2.5's two end tokens are banned, so the answer runs its 64 tokens whatever text the
+    // kernels' summation order makes the greedy path.
     let long = json!({"model": format!("{ALIAS}:extra"), "max_tokens": 64,
-        "messages": [{"role": "user", "content": "Count from one to fifty in words."}], "temperature": 0});
+        "messages": [{"role": "user", "content": "Count from one to fifty in words."}], "temperature": 0,
+        "logit_bias": {"151643": -100, "151645": -100}});
     std::thread::scope(|sc| {
         let running = sc.spawn(|| {
             s.send("POST", "/v1/chat/completions", Some(KEY), Some(&long.to_string())).unwrap()

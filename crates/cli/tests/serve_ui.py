@@ -67,10 +67,14 @@ def api(url, path, key, body=None):
 
 
 class Streamer(threading.Thread):
-    """A second client: one streamed chat answer of up to `tokens` tokens, read chunk by chunk
-    until it ends or `stop` is set."""
+    """A second client: one streamed answer of up to `tokens` tokens (a chat answer to `prompt`,
+    or a count continued), read chunk by chunk until it ends or `stop` is set."""
 
-    def __init__(self, url, key, tokens, prompt="Count from one to one hundred in words."):
+    # Without a prompt, a plain completion that continues a count: any model goes on counting
+    # for hundreds of tokens, where a chat answer's length depends on the exact greedy text.
+    COUNT = ", ".join(str(i) for i in range(1, 21)) + ","
+
+    def __init__(self, url, key, tokens, prompt=None):
         super().__init__(daemon=True)
         self.url, self.key, self.tokens, self.prompt = url, key, tokens, prompt
         self.first = threading.Event()
@@ -79,10 +83,13 @@ class Streamer(threading.Thread):
         self.error = None
 
     def run(self):
-        body = {"messages": [{"role": "user", "content": self.prompt}], "stream": True,
-                "max_tokens": self.tokens, "temperature": 0}
+        body = {"stream": True, "max_tokens": self.tokens, "temperature": 0}
+        if self.prompt is None:
+            path, body["prompt"] = "/v1/completions", self.COUNT
+        else:
+            path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": self.prompt}]
         try:
-            with api(self.url, "/v1/chat/completions", self.key, body) as r:
+            with api(self.url, path, self.key, body) as r:
                 for line in r:
                     if line.startswith(b"data: {"):
                         self.chunks += 1

@@ -518,3 +518,45 @@ fn matmul_matches_scalar_for_every_token_count_through_two_tiles() {
         }
     }
 }
+
+/// Prefill batches (at least 32 tokens) take the panel kernels where the path has them: every
+/// type, with whole panels of 16 rows and a tail of rows that takes the row kernels, on blocks
+/// with edge-case values and scales and on edge-case activations, against the scalar path.
+#[test]
+fn prefill_batches_match_scalar_on_edge_case_blocks() {
+    let mut rng = StdRng::seed_from_u64(32);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let mut checked = 0usize;
+    for ty in QUANTIZED {
+        for (cols, rows, m) in [(256usize, 16usize, 32usize), (512, 35, 41), (1536, 48, 64)] {
+            let blocks = cols / ty.block_size();
+            let w: Vec<u8> = (0..rows)
+                .flat_map(|r| edge_row(&mut rng, ty, blocks, FILLS[r % FILLS.len()], r))
+                .collect();
+            let acts = edge_acts(&mut rng, cols);
+            let x: Vec<f32> =
+                (0..m).flat_map(|t| acts[(t * 5 + t / 8) % acts.len()].clone()).collect();
+            let mat = MatRef { ty, data: &w, rows, cols };
+            let mut want = vec![0f32; m * rows];
+            matmul_with(Isa::Scalar, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
+            let w_row = ty.row_bytes(cols).unwrap();
+            for isa in simd_paths() {
+                let mut y = vec![f32::NAN; m * rows];
+                matmul_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
+                for (k, (a, b)) in y.iter().zip(&want).enumerate() {
+                    let (t, r) = (k / rows, k % rows);
+                    let wr = &w[r * w_row..(r + 1) * w_row];
+                    let tol =
+                        1e-5 * magnitude(ty, cols, wr, &x[t * cols..(t + 1) * cols]).max(1e-3);
+                    assert!(
+                        (a - b).abs() <= tol || (a.is_nan() && b.is_nan()),
+                        "{isa} {ty} cols={cols} m={m} token {t} row {r}: {a} vs scalar {b}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(simd_paths().is_empty() || checked > 100_000, "only {checked} outputs compared");
+}

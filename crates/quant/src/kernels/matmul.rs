@@ -8,9 +8,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::cell::RefCell;
+
 use super::{
-    act_row_bytes, check_isa, check_len, dot_kernels, f32_bytes, isa, quantizer, row_bytes,
-    vec_dot_type, DotKernels, DotRowsFn, Isa, KernelError, MatRef, TILE,
+    act_row_bytes, check_isa, check_len, dot_kernels, f32_bytes, isa, panel_kernels, quantizer,
+    row_bytes, vec_dot_type, DotKernels, DotRowsFn, Isa, KernelError, MatRef, PanelKernels,
+    PANEL_MIN_TOKENS, PANEL_ROWS, TILE,
 };
 use crate::threads::ThreadPool;
 
@@ -70,6 +73,8 @@ unsafe impl<T> Send for SharedMut<T> {}
 #[derive(Clone, Copy)]
 struct Part<'a> {
     k: DotKernels,
+    /// Set when the batch is large enough for panels and the path has them for this type.
+    panel: Option<PanelKernels>,
     data: &'a [u8],
     rows: usize,
     w_row: usize,
@@ -130,8 +135,10 @@ pub fn matmul_multi_with(
             (16, 16)
         };
         let out = SharedMut(y.as_mut_ptr());
+        let panel = if m >= PANEL_MIN_TOKENS { panel_kernels(isa, ty) } else { None };
         parts[i] = Some(Part {
             k,
+            panel,
             data,
             rows,
             w_row,
@@ -230,9 +237,24 @@ fn quantize_acts<'a>(
     &scratch[..need]
 }
 
-/// Rows `r0..r1` of part `p` against all `m` activation rows: [`TILE`] tokens at a time, then
-/// the rest in groups of 4, 2 and 1, so each weight row is read once per group.
+/// Rows `r0..r1` of part `p` against all `m` activation rows: a whole panel of rows unpacked
+/// once for all tokens where the part has panel kernels; otherwise [`TILE`] tokens at a time,
+/// then the rest in groups of 4, 2 and 1, so each weight row is read once per group.
 fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize, cols: usize) {
+    if let Some(pk) = p.panel.filter(|_| r1 - r0 == PANEL_ROWS) {
+        let w = &p.data[r0 * p.w_row..r1 * p.w_row];
+        with_panel((pk.bytes)(cols), |panel| {
+            // SAFETY: ISA checked by matmul (the part has panel kernels only on their path);
+            // `w` is PANEL_ROWS whole rows of `cols` values (whole 256-value blocks, checked by
+            // row_bytes), `panel` is the size the kernels asked for, `acts` holds `m` rows at
+            // `x_row`, and outputs t * rows + r0.. (16 of them) lie in this chunk's part of y.
+            unsafe {
+                (pk.unpack)(cols, w, p.w_row, panel);
+                (pk.run)(cols, panel, acts, x_row, m, p.out.0.add(r0), p.rows);
+            }
+        });
+        return;
+    }
     let mut t = 0;
     while t < m {
         t += match m - t {
@@ -242,6 +264,23 @@ fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize
             _ => sweep(p, p.k.x1, 1, r0, r1, acts, x_row, t, cols),
         };
     }
+}
+
+thread_local! {
+    /// Each thread's panel buffer, grown to the largest panel it has held (a few hundred KiB).
+    static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` on this thread's panel buffer, `bytes` long and 64-byte aligned.
+fn with_panel(bytes: usize, f: impl FnOnce(&mut [u8])) {
+    PANEL.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() < bytes + 64 {
+            b.resize(bytes + 64, 0);
+        }
+        let skew = b.as_ptr().align_offset(64);
+        f(&mut b[skew..skew + bytes]);
+    });
 }
 
 /// Rows `r0..r1` of part `p` · activation rows `t..t + n` through `f` (a kernel for `n` rows);

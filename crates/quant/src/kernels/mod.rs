@@ -381,6 +381,53 @@ pub(crate) struct DotKernels {
     pub tile: DotRowsFn,
 }
 
+/// Prefill kernels that unpack [`PANEL_ROWS`] weight rows once into a panel and run every token
+/// of the batch against it (`avx512/panel.rs` says the design; AVX-512 VNNI only).
+#[derive(Clone, Copy)]
+pub(crate) struct PanelKernels {
+    /// `unpack(cols, w, w_row, panel)`: the [`PANEL_ROWS`] rows of `w` into `panel`.
+    ///
+    /// # Safety
+    /// The CPU supports the path; `w` holds [`PANEL_ROWS`] full rows of `cols` values (a
+    /// multiple of 256) at `w_row` bytes; `panel` is `bytes(cols)` long.
+    pub unpack: unsafe fn(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]),
+    /// `run(cols, panel, x, x_row, m, out, out_stride)`: `out[t * out_stride + r]` = row `r` of
+    /// the panel · activation row `t < m` of `x`.
+    ///
+    /// # Safety
+    /// As `unpack`, for a panel it filled; `x` holds `m` partner rows at `x_row` bytes; `out` is
+    /// valid for [`PANEL_ROWS`] writes at every `t * out_stride`.
+    pub run: unsafe fn(
+        cols: usize,
+        panel: &[u8],
+        x: &[u8],
+        x_row: usize,
+        m: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ),
+    /// Bytes of a panel for rows of `cols` values.
+    pub bytes: fn(cols: usize) -> usize,
+}
+
+/// Weight rows in one panel ([`PanelKernels`]).
+pub(crate) const PANEL_ROWS: usize = 16;
+
+/// Fewest tokens for which a panel pays for its unpack (below, the row kernels run).
+pub(crate) const PANEL_MIN_TOKENS: usize = 32;
+
+/// Panel kernels for `ty` on `isa`, where the path has them.
+pub(crate) fn panel_kernels(isa: Isa, ty: GgmlType) -> Option<PanelKernels> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::panel_kernels(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
 /// Dot kernels for `ty` on `isa`, falling back to the next older path for types a path lacks.
 pub(crate) fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
     let own = match isa {

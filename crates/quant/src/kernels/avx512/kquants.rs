@@ -228,11 +228,27 @@ static Q6K_PAIR: [Z; 2] = [pair_idx(0, 4, 1), pair_idx(8, 4, 1)];
 /// −32·scale per Q8_K block sum.
 pub(crate) struct Q6KZ;
 
+/// Values 128h..128h + 64 and 128h + 64..128h + 128 of the Q6_K block at `b`, unsigned (the
+/// stored value plus 32).
+#[inline(always)]
+pub(crate) unsafe fn q6k_quads(b: *const u8, h: usize) -> (__m512i, __m512i) {
+    let (m4, m30) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
+    let ql = load512(b.add(64 * h));
+    let qh = bcast256(b.add(128 + 32 * h));
+    // Crumb 2m (low half) / 2m + 1 (high half) to bits 4..5; a 64-bit shift moves each byte's
+    // own bits there, the mask drops the rest. (lo & 0xF) | (hi & 0x30): the OR and the second
+    // AND in one ternary op.
+    let hi0 = _mm512_sllv_epi64(qh, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
+    let hi1 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+    let u0 = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(ql, m4), hi0, m30);
+    let lo1 = _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4);
+    (u0, _mm512_ternarylogic_epi32::<0xF8>(lo1, hi1, m30))
+}
+
 impl Block512 for Q6KZ {
     const BYTES: usize = 210;
     #[inline(always)]
     unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
-        let (m4, m30) = (_mm512_set1_epi8(0xF), _mm512_set1_epi8(0x30));
         let d = f16_end_at(b.add(208));
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
         let scz = _mm512_castsi256_si512(sc);
@@ -247,18 +263,8 @@ impl Block512 for Q6KZ {
             sumi[c] = _mm512_dpwssd_epi32(sumi[c], bias, bs);
         }
         for h in 0..2 {
-            let ql = load512(b.add(64 * h));
-            let qh = bcast256(b.add(128 + 32 * h));
-            // Crumb 2m (low half) / 2m + 1 (high half) to bits 4..5; a 64-bit shift moves each
-            // byte's own bits there, the mask drops the rest. (lo & 0xF) | (hi & 0x30): the OR
-            // and the second AND in one ternary op.
-            let hi0 = _mm512_sllv_epi64(qh, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2));
-            let hi1 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
-            let u0 = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(ql, m4), hi0, m30);
-            let lo1 = _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4);
-            let u1 = _mm512_ternarylogic_epi32::<0xF8>(lo1, hi1, m30);
             let scale = _mm512_permutexvar_epi16(zload(&Q6K_PAIR[h]), scz);
-            dpbusd_pair_rows(&mut sumi, (u0, u1), scale, y0, xs, 4 + 128 * h);
+            dpbusd_pair_rows(&mut sumi, q6k_quads(b, h), scale, y0, xs, 4 + 128 * h);
         }
         let dv = _mm512_set1_ps(d);
         for c in 0..C {
@@ -300,22 +306,34 @@ unsafe fn iq4_xs_scales(b: *const u8) -> __m128i {
 /// the weights' signs (masked negate) against the weights' magnitudes.
 pub(crate) struct Iq4XsZ;
 
+/// The IQ4 codebook in each 128-bit lane (the `lut` of [`iq4_xs_quad`]).
+#[inline(always)]
+pub(crate) unsafe fn iq4_lut() -> __m512i {
+    _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()))
+}
+
+/// Values 64p..64p + 64 of the IQ4_XS block at `b` as signed codebook entries.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_quad(b: *const u8, p: usize, lut: __m512i) -> __m512i {
+    // 128-bit lanes: qs 32p.. low, same high, qs 32p + 16.. low, same high.
+    let q = {
+        let t = bcast256(b.add(8 + 32 * p));
+        _mm512_shuffle_i64x2::<0b0101_0000>(t, t)
+    };
+    let q = _mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    _mm512_shuffle_epi8(lut, _mm512_and_si512(q, _mm512_set1_epi8(0xF)))
+}
+
 impl Block512 for Iq4XsZ {
     const BYTES: usize = 136;
     #[inline(always)]
     unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
-        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast()));
+        let lut = iq4_lut();
         let d = f16_at(b);
         let sc = _mm512_castsi128_si512(iq4_xs_scales(b));
         let mut sumi = [_mm512_setzero_si512(); C];
         for p in 0..4 {
-            // 128-bit lanes: qs 32p.. low, same high, qs 32p + 16.. low, same high.
-            let q = {
-                let t = bcast256(b.add(8 + 32 * p));
-                _mm512_shuffle_i64x2::<0b0101_0000>(t, t)
-            };
-            let q = _mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-            let q = _mm512_shuffle_epi8(lut, _mm512_and_si512(q, _mm512_set1_epi8(0xF)));
+            let q = iq4_xs_quad(b, p, lut);
             let (neg, mag) = (_mm512_movepi8_mask(q), _mm512_abs_epi8(q));
             let scale = _mm512_permutexvar_epi16(zload(&IQ4_SCALE[p]), sc);
             for c in 0..C {

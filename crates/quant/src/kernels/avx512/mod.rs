@@ -25,6 +25,9 @@ use super::{DotKernels, Partner, QuantizeFn};
 use crate::GgmlType;
 
 mod kquants;
+mod panel;
+
+pub(crate) use panel::panel_kernels;
 
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
     use kquants::*;

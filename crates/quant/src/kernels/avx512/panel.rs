@@ -1,0 +1,324 @@
+//! Prefill on AVX-512 VNNI: 16 weight rows unpacked once into a panel, then every token of the
+//! batch broadcast against it.
+//!
+//! The row kernels (`kquants.rs`) unpack a weight block for each group of at most 8 tokens and
+//! spend about as many instructions applying scales, packing and taking the mins as on the
+//! products themselves. Here a chunk of [`PANEL_ROWS`] rows is unpacked once per matmul into
+//! unsigned bytes laid out `[k / 4][row][k % 4]`, so one zmm holds four consecutive values of
+//! each of the 16 rows. A token's four activation bytes at `k` are one broadcast (an embedded
+//! `{1to16}` memory operand) and one `vpdpbusd` adds 64 products into the 16 rows' sums: the
+//! token's outputs end up as one zmm of 16 rows, stored with one write. Per 256-value block and
+//! token that is 64 `vpdpbusd`, one `cvt` and one float multiply-add per scale group (8 or 16),
+//! 8 `vpdpwssd` for the offset or min term against the Q8_K block sums, and 2 multiply-adds: close
+//! to one instruction per 64 products, against ~2.5 in the row kernels. Eight tokens run at once
+//! (8 × 3 accumulators of the 32 registers), each weight zmm loaded once for the eight.
+//!
+//! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one f32 zmm per scale
+//! group holding `d · scale` per row; 8 zmm of i16 pairs per row that weigh the 16 block sums
+//! (Q4_K/Q5_K: the mins; Q6_K: 32·scale, its offset; IQ4_XS: 128·scale, the offset that makes its
+//! signed codebook unsigned); one f32 zmm per row multiplying that term (`dmin` or `d`). The
+//! unpack costs ~2 µs per 16 × 1,536 values, paid once per chunk and matmul; at 32 tokens it is a
+//! few per cent of the products, so `PANEL_MIN_TOKENS` keeps smaller batches on the row kernels.
+//!
+//! Results: the integer sums per scale group are exact, as in the scalar twins; the float sums
+//! run in a different order (per group, then per block), so outputs differ from the row kernels
+//! in the last bits.
+//!
+//! # Safety
+//! Every function here needs AVX-512 F/BW/VL/VNNI; the callers check the ISA.
+
+// Index loops over the token rows read more plainly than zipped iterators here.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::kquants::{iq4_lut, iq4_xs_quad, q6k_quads, Iq4XsZ, K4Z, Q4KZ, Q5KZ, Q6KZ};
+use crate::kernels::scalar::{f16_at, scale_iq4_xs, scales_mins_k4};
+use crate::kernels::{PanelKernels, PANEL_ROWS};
+use crate::GgmlType;
+
+// One panel row per i32 lane of a zmm.
+const _: () = assert!(PANEL_ROWS == 16);
+
+/// Offsets inside a panel block.
+const VALUES: usize = 0;
+const SCALES: usize = 64 * 64;
+const PAIRS: usize = SCALES + 16 * 64;
+const TERM: usize = PAIRS + 8 * 64;
+
+/// Bytes of one panel block (16 rows × 256 values and their scales).
+pub(crate) const BLOCK_BYTES: usize = TERM + 64;
+
+/// Tokens run together by the microkernel.
+const NT: usize = 8;
+
+/// A weight format the panel takes: its block size, its scale group, and how one block of one
+/// row unpacks.
+pub(crate) trait PanelFormat {
+    const BYTES: usize;
+    /// Values per scale (16 or 32).
+    const GROUP: usize;
+    /// The block's 256 values as unsigned bytes, in order, at `out`.
+    unsafe fn values(b: *const u8, out: *mut u8);
+    /// `d · scale` per group, the i16 pair weighing block sums `2p` and `2p + 1` (p < 8), and
+    /// the factor of that term.
+    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32);
+}
+
+impl PanelFormat for Q4KZ {
+    const BYTES: usize = 144;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn values(b: *const u8, out: *mut u8) {
+        for j in 0..4 {
+            _mm512_storeu_si512(out.add(64 * j).cast(), Q4KZ::quad(b, j));
+        }
+    }
+    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+        k4_scales(b)
+    }
+}
+
+impl PanelFormat for Q5KZ {
+    const BYTES: usize = 176;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn values(b: *const u8, out: *mut u8) {
+        for j in 0..4 {
+            _mm512_storeu_si512(out.add(64 * j).cast(), Q5KZ::quad(b, j));
+        }
+    }
+    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+        k4_scales(b)
+    }
+}
+
+/// Q4_K/Q5_K: `d · scale` per 32 values, the min weighing both block sums of its 32, `dmin`.
+fn k4_scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    let (sc, mn) = scales_mins_k4(&b[4..16]);
+    let mut ds = [0f32; 16];
+    for (o, s) in ds.iter_mut().zip(sc) {
+        *o = d * s as f32;
+    }
+    (ds, mn.map(|m| [m as i16; 2]), dmin)
+}
+
+/// Q6_K: unsigned values (stored + 32), `d · scale` per 16, the offset −32 · scale per block
+/// sum (taken away as `d · Σ 32·scale·bsum`).
+impl PanelFormat for Q6KZ {
+    const BYTES: usize = 210;
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn values(b: *const u8, out: *mut u8) {
+        for h in 0..2 {
+            let (u0, u1) = q6k_quads(b, h);
+            _mm512_storeu_si512(out.add(128 * h).cast(), u0);
+            _mm512_storeu_si512(out.add(128 * h + 64).cast(), u1);
+        }
+    }
+    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+        let d = f16_at(b, 208);
+        let sc: [i16; 16] = std::array::from_fn(|j| b[192 + j] as i8 as i16);
+        (sc.map(|s| d * s as f32), std::array::from_fn(|p| [32 * sc[2 * p], 32 * sc[2 * p + 1]]), d)
+    }
+}
+
+/// IQ4_XS: codebook entries + 128 (unsigned), `d · scale` per 32, the offset 128 · scale.
+impl PanelFormat for Iq4XsZ {
+    const BYTES: usize = 136;
+    const GROUP: usize = 32;
+    #[inline(always)]
+    unsafe fn values(b: *const u8, out: *mut u8) {
+        let (lut, bias) = (iq4_lut(), _mm512_set1_epi8(-128));
+        for p in 0..4 {
+            let q = _mm512_xor_si512(iq4_xs_quad(b, p, lut), bias);
+            _mm512_storeu_si512(out.add(64 * p).cast(), q);
+        }
+    }
+    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+        let d = f16_at(b, 0);
+        let sc: [i32; 8] = std::array::from_fn(|ib| scale_iq4_xs(b, ib));
+        let mut ds = [0f32; 16];
+        for (o, s) in ds.iter_mut().zip(sc) {
+            *o = d * s as f32;
+        }
+        (ds, sc.map(|s| [128 * s as i16; 2]), d)
+    }
+}
+
+/// Bytes of the panel for rows of `cols` values.
+fn panel_bytes(cols: usize) -> usize {
+    cols / 256 * BLOCK_BYTES
+}
+
+/// Unpacks [`PANEL_ROWS`] weight rows (`w`, rows of `w_row` bytes, `cols` values) into `panel`
+/// ([`panel_bytes`] long).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `w` holds 16 full rows; `cols` is a multiple of 256.
+#[inline(always)]
+pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]) {
+    #[repr(C, align(64))]
+    struct Rows([[u8; 256]; PANEL_ROWS]);
+    let mut rows = Rows([[0; 256]; PANEL_ROWS]);
+    // Dword r·64 of `rows` is value 4k.. of row r: a gather with these indices reads column k/4.
+    let idx = _mm512_setr_epi32(
+        0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960,
+    );
+    for (i, pb) in panel.chunks_exact_mut(BLOCK_BYTES).take(cols / 256).enumerate() {
+        let (mut ds, mut pairs, mut term) = ([[0f32; 16]; 16], [[[0i16; 2]; 16]; 8], [0f32; 16]);
+        for r in 0..PANEL_ROWS {
+            let b = &w[r * w_row + i * F::BYTES..][..F::BYTES];
+            F::values(b.as_ptr(), rows.0[r].as_mut_ptr());
+            let (s, p, t) = F::scales(b);
+            for g in 0..256 / F::GROUP {
+                ds[g][r] = s[g];
+            }
+            for q in 0..8 {
+                pairs[q][r] = p[q];
+            }
+            term[r] = t;
+        }
+        let dst = pb.as_mut_ptr();
+        let src = rows.0.as_ptr().cast::<u8>();
+        for kg in 0..64 {
+            let col = _mm512_i32gather_epi32::<4>(idx, src.add(4 * kg).cast());
+            _mm512_storeu_si512(dst.add(VALUES + 64 * kg).cast(), col);
+        }
+        std::ptr::copy_nonoverlapping(ds.as_ptr().cast::<u8>(), dst.add(SCALES), 16 * 64);
+        std::ptr::copy_nonoverlapping(pairs.as_ptr().cast::<u8>(), dst.add(PAIRS), 8 * 64);
+        std::ptr::copy_nonoverlapping(term.as_ptr().cast::<u8>(), dst.add(TERM), 64);
+    }
+}
+
+/// `out[t * out_stride + r] = Σ_k panel[r, k] · x_t[k]` for the 16 rows of `panel` and the `m`
+/// Q8_K activation rows of `x` (stride `x_row`).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `panel` was unpacked for `cols` columns; `x` holds `m` rows of
+/// `cols` Q8_K values at `x_row` bytes; `out` is valid for 16 writes at each `t * out_stride`.
+#[inline(always)]
+pub(crate) unsafe fn run<const GROUP: usize>(
+    cols: usize,
+    panel: &[u8],
+    x: &[u8],
+    x_row: usize,
+    m: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut t = 0;
+    while t < m {
+        t += match m - t {
+            left if left >= NT => tokens::<GROUP, NT>(cols, panel, x, x_row, t, out, out_stride),
+            left if left >= 4 => tokens::<GROUP, 4>(cols, panel, x, x_row, t, out, out_stride),
+            left if left >= 2 => tokens::<GROUP, 2>(cols, panel, x, x_row, t, out, out_stride),
+            _ => tokens::<GROUP, 1>(cols, panel, x, x_row, t, out, out_stride),
+        };
+    }
+}
+
+/// Tokens `t0..t0 + C` of [`run`]; returns `C`.
+#[inline(always)]
+unsafe fn tokens<const GROUP: usize, const C: usize>(
+    cols: usize,
+    panel: &[u8],
+    x: &[u8],
+    x_row: usize,
+    t0: usize,
+    out: *mut f32,
+    out_stride: usize,
+) -> usize {
+    let mut acc = [_mm512_setzero_ps(); C];
+    let xp = x.as_ptr().add(t0 * x_row);
+    for i in 0..cols / 256 {
+        let pb = panel.as_ptr().add(i * BLOCK_BYTES);
+        block::<GROUP, C>(pb, xp.add(i * 292), x_row, &mut acc);
+    }
+    for c in 0..C {
+        _mm512_storeu_ps(out.add((t0 + c) * out_stride), acc[c]);
+    }
+    C
+}
+
+/// The four bytes at `p` in every i32 lane (folded into its use as a `{1to16}` operand).
+#[inline(always)]
+unsafe fn bcast(p: *const u8) -> __m512i {
+    _mm512_set1_epi32(p.cast::<i32>().read_unaligned())
+}
+
+/// One panel block against the Q8_K blocks at `y0 + c · xs` (c < C), added into `acc`.
+#[inline(always)]
+unsafe fn block<const GROUP: usize, const C: usize>(
+    pb: *const u8,
+    y0: *const u8,
+    xs: usize,
+    acc: &mut [__m512; C],
+) {
+    let mut blk = [_mm512_setzero_ps(); C];
+    for g in 0..256 / GROUP {
+        let mut raw = [_mm512_setzero_si512(); C];
+        for j in 0..GROUP / 4 {
+            let kg = g * (GROUP / 4) + j;
+            let w = _mm512_loadu_si512(pb.add(VALUES + 64 * kg).cast());
+            for c in 0..C {
+                raw[c] = _mm512_dpbusd_epi32(raw[c], w, bcast(y0.add(c * xs + 4 + 4 * kg)));
+            }
+        }
+        let s = _mm512_loadu_ps(pb.add(SCALES + 64 * g).cast());
+        for c in 0..C {
+            blk[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(raw[c]), s, blk[c]);
+        }
+    }
+    // The min or offset term: Σ_p pair_p · (bsum 2p, bsum 2p + 1), times its factor.
+    let mut term = [_mm512_setzero_si512(); C];
+    for p in 0..8 {
+        let pair = _mm512_loadu_si512(pb.add(PAIRS + 64 * p).cast());
+        for c in 0..C {
+            term[c] = _mm512_dpwssd_epi32(term[c], pair, bcast(y0.add(c * xs + 260 + 4 * p)));
+        }
+    }
+    let f = _mm512_loadu_ps(pb.add(TERM).cast());
+    for c in 0..C {
+        let v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(term[c]), f, blk[c]);
+        let d = _mm512_set1_ps(y0.add(c * xs).cast::<f32>().read_unaligned());
+        acc[c] = _mm512_fmadd_ps(v, d, acc[c]);
+    }
+}
+
+/// The panel kernels of `ty`, if it has them.
+pub(crate) fn panel_kernels(ty: GgmlType) -> Option<PanelKernels> {
+    macro_rules! kernels {
+        ($f:ty) => {{
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn unpack_f(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]) {
+                // SAFETY: forwarded contract of PanelKernels::unpack.
+                unsafe { unpack::<$f>(cols, w, w_row, panel) }
+            }
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn run_f(
+                cols: usize,
+                panel: &[u8],
+                x: &[u8],
+                x_row: usize,
+                m: usize,
+                out: *mut f32,
+                out_stride: usize,
+            ) {
+                // SAFETY: forwarded contract of PanelKernels::run.
+                unsafe {
+                    run::<{ <$f as PanelFormat>::GROUP }>(cols, panel, x, x_row, m, out, out_stride)
+                }
+            }
+            Some(PanelKernels { unpack: unpack_f, run: run_f, bytes: panel_bytes })
+        }};
+    }
+    match ty {
+        GgmlType::Q4K => kernels!(Q4KZ),
+        GgmlType::Q5K => kernels!(Q5KZ),
+        GgmlType::Q6K => kernels!(Q6KZ),
+        GgmlType::IQ4XS => kernels!(Iq4XsZ),
+        _ => None,
+    }
+}
