@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 PROTOCOL = {
@@ -51,6 +52,10 @@ def scrape(url):
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
+    # The body is OpenMetrics text (its content type): its own parser must read it the same.
+    om = {f.name: f.type for f in openmetrics(text)}
+    for name in PROTOCOL:
+        check(om.get(name) == "gauge", f"the OpenMetrics parser reads {name} as {om.get(name)}")
     check("snug_queue_depth" in fams, "snug's own metrics are gone")
     out = {}
     for name, labels in PROTOCOL.items():

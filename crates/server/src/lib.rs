@@ -16,6 +16,11 @@
 //! that a request is refused at once with 429 and `Retry-After`. A prompt that can never fit
 //! the context is a 400 that says how many tokens it has and how many fit.
 //!
+//! A replica behind an inference gateway ([`replica`]): the port binds before the model loads,
+//! `/ready` says 200 once the scheduler serves, vLLM's adapter load and unload routes are
+//! there, and SIGTERM drains (503 to new work, `--drain-timeout` for the rest, then exit 0);
+//! `/metrics` carries the gateway's protocol gauges under vLLM's names ([`metrics::vllm`]).
+//!
 //! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
 //! ([`openapi`], the spec of every route, from the request structs), Ollama's `/api/pull`,
 //! which fetches a known model into the cache without changing the served one, and `/ui`
