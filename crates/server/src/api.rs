@@ -266,10 +266,10 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
 
 /// Counts every routed request by route and status, and refuses what [`Access::check`]
 /// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
-/// is off, a body that is not JSON, a `Content-Length` past `--max-body`, any `POST` while the
-/// server drains) before the handler
-/// runs, reading and discarding the refused body first ([`transport::drain`]). The body it
-/// lets through must arrive within the body timeout ([`Deadline`]).
+/// is off, a body that is not JSON, a `Content-Length` past `--max-body`) and any `POST` while
+/// the server drains, before the handler runs, reading and discarding the refused body first
+/// ([`transport::drain`]). The body it lets through must arrive within the body timeout
+/// ([`Deadline`]).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
     let style = Style::of_path(&route);

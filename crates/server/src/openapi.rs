@@ -135,7 +135,7 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
         ),
         Route {
             errors: &[503],
-            ..get("/health", "Liveness: 200 while the scheduler runs (no API key needed); 503 once it has stopped, so a supervisor restarts the server", ok("Alive", json_content(schema_ref("Health"))))
+            ..get("/health", "Liveness: 200 while the scheduler runs (no API key needed); 503 once it has stopped, so a supervisor restarts the server. While the model loads, before this document is served, it answers 200 `{\"status\": \"loading\"}` and every other route 503", ok("Alive", json_content(schema_ref("Health"))))
         },
         Route {
             errors: &[503],

@@ -47,6 +47,11 @@
 //! [`Handle::is_alive`] turns false and `/health` says 503. A request's numbers never size an
 //! allocation here: the penalty window is clamped to the context at admission.
 //!
+//! Shutdown: [`Handle::close`] (a drain whose grace period ran out) ends every running and
+//! waiting job at the next loop with [`FinishReason::Aborted`], text so far included, so each
+//! client still gets a final event. For the gateway's metrics the thread also publishes the
+//! adapters of the waiting jobs ([`Handle::waiting_adapters`]) whenever they change.
+//!
 //! Admission: [`Handle::reserve`] takes a place before the HTTP side does any work for a
 //! request (a [`Ticket`], given back if dropped unused), so a full server refuses at once, with
 //! a `Retry-After` of the jobs ahead × the recent mean job time ÷ the slots. Every loop drains
