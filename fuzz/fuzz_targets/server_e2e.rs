@@ -250,6 +250,8 @@ fn server() -> &'static Server {
             loras: Vec::new(),
             adapter_budget: 1 << 20,
             plan: Default::default(),
+            max_loras: 4,
+            drain_timeout: std::time::Duration::from_secs(30),
         };
         let state = server::open(model, tok, &path, params, &opts, |_, _| Ok(()))
             .expect("the server opens");
@@ -260,7 +262,7 @@ fn server() -> &'static Server {
             .enable_all()
             .build()
             .expect("a runtime");
-        Server { rt, app: server::api::router(state, opts.max_body) }
+        Server { rt, app: server::router(state, opts.max_body) }
     })
 }
 

@@ -9,8 +9,11 @@
 //! rows, `4·r·(n_in + n_out)` bytes a matrix, read from the files' headers), or the `--lora`
 //! files' sizes if larger.
 //!
+//! Behind a gateway (deploy/README.md): the port answers `/health` while the model loads and
+//! `/ready` once it serves; SIGTERM drains within `--drain-timeout` and exits 0.
+//!
 //! Access (docs/SECURITY.md): `--api-key`/`--api-key-file`/$SNUG_API_KEY for every route but
-//! `/health`; the admin routes need `--admin-key` (or $SNUG_ADMIN_KEY) or `--allow-admin`;
+//! `/health` and `/ready`; the admin routes need `--admin-key` (or $SNUG_ADMIN_KEY) or `--allow-admin`;
 //! `--allowed-origins` for web pages; `--header-timeout`, `--body-timeout`,
 //! `--max-connections` and `--max-body` bound what one client can hold.
 
@@ -89,6 +92,11 @@ pub struct ServeCmd {
     /// room for 4 rank-16 adapters on all seven projections of a 7B model is ~0.6 GiB.
     #[arg(long, default_value_t = 4)]
     pub max_loras: usize,
+    /// Seconds the requests in flight get to finish after SIGTERM or Ctrl-C (new ones are
+    /// refused 503 and /ready says 503 meanwhile); those still running then end early, each
+    /// with a well-formed end (`finish_reason: "abort"`).
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub drain_timeout: f64,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -169,6 +177,8 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
             m.model.file.file_len(),
             planned.request(),
         ),
+        max_loras: cmd.max_loras,
+        drain_timeout: seconds("--drain-timeout", cmd.drain_timeout)?,
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };

@@ -11,9 +11,9 @@
 //! - **Content type**: a `POST` must say `Content-Type: application/json`. A web page can only
 //!   send other types without a CORS preflight ("simple" requests), and the server grants no
 //!   preflight to an origin not listed, so a page cannot post to it behind the user's back.
-//! - **Keys**: `--api-key` is needed on every route but `/health` and the page `/ui` (which holds
-//!   no data; its calls send the key); the admin routes (adding and
-//!   removing adapters, default scales, pulls) need `--admin-key`, or, without one,
+//! - **Keys**: `--api-key` is needed on every route but the probes `/health` and `/ready` and
+//!   the page `/ui` (which holds no data; its calls send the key); the admin routes (adding
+//!   and removing adapters, vLLM's load and unload routes, default scales, pulls) need `--admin-key`, or, without one,
 //!   `--allow-admin` opens them to whoever may use the API. Keys are compared as SHA-256
 //!   digests, in time independent of where they differ; the scheme `Bearer` in any case.
 //!
@@ -126,7 +126,7 @@ fn host_name(host: &str) -> String {
 
 /// The routes that take a JSON body (`POST`); a `POST` to another route is left to the
 /// router's 405.
-const BODY_ROUTES: [&str; 8] = [
+const BODY_ROUTES: [&str; 10] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/api/show",
@@ -135,6 +135,8 @@ const BODY_ROUTES: [&str; 8] = [
     "/api/pull",
     "/v1/adapters",
     "/lora-adapters",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
 ];
 
 /// Whether `method` on `route` (a matched route pattern) administers the server.
@@ -145,6 +147,8 @@ pub fn is_admin(method: &Method, route: &str) -> bool {
             | ("DELETE", "/v1/adapters/{name}")
             | ("POST", "/lora-adapters")
             | ("POST", "/api/pull")
+            | ("POST", "/v1/load_lora_adapter")
+            | ("POST", "/v1/unload_lora_adapter")
     )
 }
 
@@ -207,7 +211,7 @@ impl Access {
                 return Err(Denied::Origin(o));
             }
         }
-        if route == "/health" || route == "/ui" {
+        if route == "/health" || route == "/ready" || route == "/ui" {
             return Ok(());
         }
         let sent = bearer(headers).map(digest);

@@ -12,7 +12,9 @@
 //! lease keep its weights until they finish.
 //!
 //! Which adapters a request runs with:
-//! - `"model": "BASE:ADAPTER"` (OpenAI and Ollama routes): that adapter at scale 1.
+//! - `"model": "BASE:ADAPTER"` (OpenAI and Ollama routes): that adapter at scale 1; also
+//!   `"model": "ADAPTER"`, vLLM's way, which an inference gateway sends (the served model's
+//!   own names come first).
 //! - `"lora": [{"id": N, "scale": S}]` (llama-server's field): `id` indexes the list
 //!   `GET /lora-adapters` returns (every registered adapter, by name); the adapters named get
 //!   their scales and no other adapter applies, as in llama-server. With a `BASE:ADAPTER` model
@@ -479,6 +481,24 @@ pub struct AddRequest {
     pub file: String,
 }
 
+/// `POST /v1/load_lora_adapter`'s body (vLLM's, served by [`crate::replica`]).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "LoadLoraAdapterRequest")]
+pub struct LoadRequest {
+    /// The name requests use (`model: NAME` or `BASE:NAME`).
+    pub lora_name: String,
+    /// A `*.gguf` adapter of the server's `--lora-dir`: its file name, or a path whose
+    /// directory is `--lora-dir`.
+    pub lora_path: String,
+}
+
+/// `POST /v1/unload_lora_adapter`'s body (vLLM's, served by [`crate::replica`]).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "UnloadLoraAdapterRequest")]
+pub struct UnloadRequest {
+    pub lora_name: String,
+}
+
 const S: Style = Style::OpenAi;
 
 /// `GET /v1/adapters`.
@@ -491,20 +511,43 @@ pub async fn list(State(st): Shared) -> Response {
 pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req: AddRequest = from_json(S, &body_bytes(S, body)?)?;
-        let ad = &st.adapters;
-        let Some(dir) = ad.dir.clone() else {
-            return Err(ApiError::bad_request(
+        let info = st.adapters.register_file(req.name, &req.file).await?;
+        Ok::<_, ApiError>(
+            (StatusCode::CREATED, axum::Json(st.adapters.info_json(&info))).into_response(),
+        )
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+impl Adapters {
+    /// The directory adapters may be added from, or the 400 saying there is none.
+    pub fn require_dir(&self) -> Result<&Path, ApiError> {
+        self.dir.as_deref().ok_or_else(|| {
+            ApiError::bad_request(
                 S,
                 "this server has no adapter directory: start it with --lora-dir DIR to add adapters",
-            ));
-        };
-        let (file, path) = open_confined(&dir, &req.file).map_err(|e| match e {
+            )
+        })
+    }
+
+    /// Registers `file` of `--lora-dir` as `name` (default: the file's stem): what every route
+    /// that adds an adapter runs. Errors in OpenAI's shape: 400 (no directory, a name or file
+    /// refused, not an adapter, too large), 404 (no such file), 409 (the name is taken, or
+    /// [`MAX_ADAPTERS`] are registered).
+    pub async fn register_file(
+        &self,
+        name: Option<String>,
+        file: &str,
+    ) -> Result<AdapterInfo, ApiError> {
+        let ad = self;
+        let dir = ad.require_dir()?;
+        let (file_handle, path) = open_confined(dir, file).map_err(|e| match e {
             Confine::Outside(m) => ApiError::bad_request(S, m),
             Confine::Missing(m) => Adapters::unknown(S, m),
         })?;
-        let name = match req.name {
+        let name = match name {
             Some(n) => n,
-            None => req.file.strip_suffix(".gguf").unwrap_or(&req.file).to_string(),
+            None => file.strip_suffix(".gguf").unwrap_or(file).to_string(),
         };
         check_name(&name).map_err(|m| ApiError::bad_request(S, m))?;
         let conflict = |name: &str| {
@@ -528,7 +571,7 @@ pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Resp
         let store = ad.store.clone();
         let n2 = name.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let info = register_opened(&store, &n2, &path, &file).map_err(Some)?;
+            let info = register_opened(&store, &n2, &path, &file_handle).map_err(Some)?;
             // One the whole adapter share cannot hold could never be leased (every request
             // naming it would fail): refused now instead.
             let pool = store.pool();
@@ -546,19 +589,28 @@ pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Resp
             Err(None) => {
                 return Err(ApiError::bad_request(
                     S,
-                    format!("{:?} is larger than the whole adapter share: serve with a larger --max-loras, or with it in --lora-dir at start (the share is sized for the largest file there)", req.file),
+                    format!("{file:?} is larger than the whole adapter share: serve with a larger --max-loras, or with it in --lora-dir at start (the share is sized for the largest file there)"),
                 ))
             }
             Err(Some(e)) => {
-                return Err(ApiError::bad_request(
-                    S,
-                    format!("{:?} is not a usable adapter: {e}", req.file),
-                ))
+                return Err(ApiError::bad_request(S, format!("{file:?} is not a usable adapter: {e}")))
             }
         };
-        Ok((StatusCode::CREATED, axum::Json(ad.info_json(&info))).into_response())
-    };
-    run.await.unwrap_or_else(IntoResponse::into_response)
+        Ok(info)
+    }
+
+    /// Unregisters `name` (requests running on it finish on it) and forgets its default
+    /// scale; 404 for a name not registered.
+    pub fn unregister(&self, name: &str) -> Result<(), ApiError> {
+        if !self.list().iter().any(|a| a.name == name) {
+            return Err(Adapters::unknown(S, format!("adapter {name:?} is not registered here")));
+        }
+        self.store
+            .unregister(name)
+            .map_err(|e| Adapters::unknown(S, format!("adapter {name:?}: {e}")))?;
+        self.defaults().remove(name);
+        Ok(())
+    }
 }
 
 /// `DELETE /v1/adapters/{name}`: 204, or 404 for a name not registered. Requests holding the
@@ -567,17 +619,9 @@ pub async fn remove(
     State(st): Shared,
     axum::extract::Path(name): axum::extract::Path<String>,
 ) -> Response {
-    let ad = &st.adapters;
-    if !ad.list().iter().any(|a| a.name == name) {
-        return Adapters::unknown(S, format!("adapter {name:?} is not registered here"))
-            .into_response();
-    }
-    match ad.store.unregister(&name) {
-        Ok(()) => {
-            ad.defaults().remove(&name);
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(e) => Adapters::unknown(S, format!("adapter {name:?}: {e}")).into_response(),
+    match st.adapters.unregister(&name) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

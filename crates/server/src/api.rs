@@ -8,6 +8,7 @@
 //! run. What needs the model (its name, the template, the vocabulary) follows in the handler.
 
 use std::convert::Infallible;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,8 +37,9 @@ pub mod limits;
 
 pub type Shared = State<Arc<AppState>>;
 
-/// Every route; bodies above `max_body` bytes are refused with 413.
-pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
+/// Every route, with `extra` routes beside the APIs' own (checked by the same guard); bodies
+/// above `max_body` bytes are refused with 413.
+pub fn router(state: Arc<AppState>, max_body: usize, extra: Router<Arc<AppState>>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
@@ -58,6 +60,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/ui", get(crate::ui::page))
         .route("/ui/memory", get(crate::ui::memory))
+        .merge(extra)
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
@@ -263,9 +266,10 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
 
 /// Counts every routed request by route and status, and refuses what [`Access::check`]
 /// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
-/// is off, a body that is not JSON, a `Content-Length` past `--max-body`) before the handler
-/// runs, reading and discarding the refused body first ([`transport::drain`]). The body it
-/// lets through must arrive within the body timeout ([`Deadline`]).
+/// is off, a body that is not JSON, a `Content-Length` past `--max-body`) and any `POST` while
+/// the server drains, before the handler runs, reading and discarding the refused body first
+/// ([`transport::drain`]). The body it lets through must arrive within the body timeout
+/// ([`Deadline`]).
 async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("other", |m| m.as_str()).to_string();
     let style = Style::of_path(&route);
@@ -284,6 +288,14 @@ async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
         Err(denied) => {
             let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::FORBIDDEN);
             Some(ApiError::new(style, status, denied.to_string()).with_code(denied.code()))
+        }
+        // Draining (`replica::drain`): no new work; the gateway retries on another replica.
+        Ok(()) if req.method() == Method::POST && st.draining.load(Ordering::Acquire) => {
+            let msg = "the server is shutting down and takes no new requests: retry (another replica answers)";
+            let mut e =
+                ApiError::new(style, StatusCode::SERVICE_UNAVAILABLE, msg).with_code("draining");
+            e.retry_after = Some(1);
+            Some(e)
         }
         Ok(()) => None,
     };
@@ -385,7 +397,8 @@ async fn openapi(State(st): Shared) -> Response {
 
 impl AppState {
     /// The adapter `asked` names, if any: `Ok(None)` if it (absent or empty: the served model)
-    /// names the served model, `Ok(Some(adapter))` for `BASE:ADAPTER` with ADAPTER registered,
+    /// names the served model, `Ok(Some(adapter))` for `BASE:ADAPTER` or `ADAPTER` with ADAPTER
+    /// registered,
     /// else a 404 in the API's shape that names the model (or adapter) asked for. A name is only
     /// ever compared with the served and registered names.
     pub fn check_model(
@@ -405,6 +418,10 @@ impl AppState {
                 adapters::Adapters::require(style, &self.adapters.list(), adapter)?;
                 return Ok(Some(adapter.to_string()));
             }
+        }
+        // A registered adapter's bare name: vLLM's way, which an inference gateway sends.
+        if self.adapters.list().iter().any(|x| x.name == a) {
+            return Ok(Some(a.to_string()));
         }
         Err(ApiError::new(
             style,

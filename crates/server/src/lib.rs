@@ -16,6 +16,11 @@
 //! that a request is refused at once with 429 and `Retry-After`. A prompt that can never fit
 //! the context is a 400 that says how many tokens it has and how many fit.
 //!
+//! A replica behind an inference gateway ([`replica`]): the port binds before the model loads,
+//! `/ready` says 200 once the scheduler serves, vLLM's adapter load and unload routes are
+//! there, and SIGTERM drains (503 to new work, `--drain-timeout` for the rest, then exit 0);
+//! `/metrics` carries the gateway's protocol gauges under vLLM's names ([`metrics::vllm`]).
+//!
 //! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
 //! ([`openapi`], the spec of every route, from the request structs), Ollama's `/api/pull`,
 //! which fetches a known model into the cache without changing the served one, and `/ui`
@@ -45,6 +50,7 @@ pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod openapi;
+pub mod replica;
 pub mod scheduler;
 pub mod transport;
 pub mod ui;
@@ -94,6 +100,10 @@ pub struct ServeOptions {
     pub adapter_budget: usize,
     /// The plan's memory numbers, for the page's memory picture (`/ui`).
     pub plan: ui::PlanPicture,
+    /// `--max-loras`: adapters kept ready at once (the protocol metrics' `max_lora`).
+    pub max_loras: usize,
+    /// `--drain-timeout`: how long requests in flight may take to finish after SIGTERM.
+    pub drain_timeout: std::time::Duration,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -296,6 +306,8 @@ pub struct AppState {
     pub adapters: Arc<adapters::Adapters>,
     /// The plan's memory numbers (`/ui/memory`).
     pub plan: ui::PlanPicture,
+    /// Set once a drain starts ([`replica::drain`]): `/ready` and every `POST` answer 503.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 /// Seconds since the epoch.
@@ -317,7 +329,6 @@ pub fn serve<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<(), ServeError> {
     check_options(&opts)?;
-    let state = open(model, tok, path, params, &opts, attach)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
@@ -329,6 +340,25 @@ pub fn serve<R: 'static>(
         if !loopback && opts.api_key.is_none() {
             eprintln!("snug: warning: listening on {local}, reachable from other machines, without an API key: anyone who can connect may use it (set SNUG_API_KEY)");
         }
+        // The model loads on its own thread while the port answers probes.
+        let (tx, mut loaded) = tokio::sync::oneshot::channel();
+        let (path, o) = (path.to_path_buf(), opts.clone());
+        std::thread::spawn(move || {
+            replica::test_load_delay();
+            let _ = tx.send(open(model, tok, &path, params, &o, attach));
+        });
+        let mut state = None;
+        let until_loaded = async {
+            tokio::select! {
+                r = &mut loaded => state = Some(r.map_err(|_| ServeError::SchedulerDied)),
+                _ = shutdown() => {}
+            }
+        };
+        let refused = prometheus_client::metrics::counter::Counter::default();
+        let loading = replica::loading_router();
+        transport::serve(&listener, loading, opts.limits, refused, until_loaded).await?;
+        let Some(state) = state else { return Ok(()) };
+        let state = state??;
         let access = access::Access::new(
             opts.api_key.as_deref(),
             opts.admin_key.as_deref(),
@@ -348,17 +378,28 @@ pub fn serve<R: 'static>(
         );
         tokio::spawn(adapters::demote_idle(state.adapters.store.clone()));
         let refused = state.metrics.connections_refused.clone();
-        let app = api::router(state, opts.max_body);
-        transport::serve(listener, app, opts.limits, refused, shutdown()).await?;
+        let app = router(state.clone(), opts.max_body);
+        let stop = async {
+            shutdown().await;
+            replica::drain(&state, opts.drain_timeout).await;
+        };
+        transport::serve(&listener, app, opts.limits, refused, stop).await?;
+        eprintln!("snug: stopped");
         Ok(())
     })
+}
+
+/// Every route of a server on `state` (the APIs and the replica's, [`replica::routes`]);
+/// bodies above `max_body` bytes are refused with 413.
+pub fn router(state: Arc<AppState>, max_body: usize) -> axum::Router {
+    api::router(state, max_body, replica::routes())
 }
 
 /// Everything [`serve`] serves, before it binds: the scheduler running on a context of
 /// `params` (with `attach` run on its thread), the adapters, metrics and model card. Its
 /// [`AppState::access`] is the default (no key, no Host check); `serve` sets the real one once
 /// it knows the bound address. In-process drivers (the end-to-end fuzz target) route requests
-/// to it with [`api::router`].
+/// to it with [`router`].
 pub fn open<R: 'static>(
     model: Arc<Model>,
     tok: Arc<Tokenizer>,
@@ -385,6 +426,7 @@ pub fn open<R: 'static>(
     // Sent before the context's `attach`, which `spawn_with_shed` waited for.
     let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;
     metrics.set_store(store.clone());
+    metrics.set_engine(&engine, store.clone(), opts.max_loras);
     let adapters = Arc::new(open_adapters(store, opts)?);
     Ok(AppState {
         engine,
@@ -399,6 +441,7 @@ pub fn open<R: 'static>(
         started: Instant::now(),
         adapters,
         plan: opts.plan.clone(),
+        draining: Default::default(),
     })
 }
 

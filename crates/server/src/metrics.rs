@@ -8,7 +8,8 @@
 //! allocation latency histogram (seconds; the pool times one allocation in
 //! `ALLOC_LATENCY_SAMPLE` and keeps bucket counts and a sum, copied at each scrape), adapters by tier, `acquire`s by the
 //! tier they found the adapter in, promotions, demotions and adapter evictions, and generation
-//! requests by adapter name. Cost: an atomic add per request and per token; a scrape reads
+//! requests by adapter name. Beside them, unprefixed, the model-server protocol's gauges under
+//! vLLM's names ([`vllm`]), which an inference gateway's endpoint picker reads. Cost: an atomic add per request and per token; a scrape reads
 //! `/proc/self/status` once, takes the store's stats (a lock per adapter) and encodes a few
 //! dozen lines.
 
@@ -21,7 +22,9 @@ use prometheus_client::registry::Registry;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::scheduler::Counters;
+use crate::scheduler::{Counters, Handle};
+
+pub mod vllm;
 use model::kv::pool::{ALLOC_LATENCY_BUCKETS_NS, ALLOC_LATENCY_SAMPLE};
 use model::lora::{AdapterStore, StoreStats};
 
@@ -192,13 +195,17 @@ pub struct Metrics {
     pub connections_refused: Counter,
     store: Option<Arc<AdapterStore>>,
     store_metrics: StoreMetrics,
+    protocol: Option<vllm::Protocol>,
 }
 
 impl Metrics {
     /// A registry over the scheduler's `counters`, the HTTP request counts and the process's
     /// memory against `budget` bytes (the plan's budget; 0 if unknown).
     pub fn new(counters: &Counters, budget: u64) -> Metrics {
-        let mut registry = Registry::with_prefix("snug");
+        // The root holds the protocol's unprefixed names ([`Metrics::set_engine`]); snug's own
+        // are all `snug_…`.
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("snug");
         let requests = Family::<RouteLabels, Counter>::default();
         let rss = Gauge::default();
         let budget_gauge: Gauge = Gauge::default();
@@ -239,9 +246,9 @@ impl Metrics {
                 => connections_refused,
         }
         let store_metrics = StoreMetrics::default();
-        store_metrics.register(&mut registry);
+        store_metrics.register(registry);
         Metrics {
-            registry,
+            registry: root,
             requests,
             rss,
             pressure_events,
@@ -250,7 +257,15 @@ impl Metrics {
             connections_refused,
             store: None,
             store_metrics,
+            protocol: None,
         }
+    }
+
+    /// Exports the model-server protocol's gauges of `engine` and `store` under vLLM's names
+    /// ([`vllm::Protocol`]); `max_lora` is `--max-loras`.
+    pub fn set_engine(&mut self, engine: &Handle, store: Arc<AdapterStore>, max_lora: usize) {
+        let p = vllm::Protocol::register(&mut self.registry, engine, store, max_lora);
+        self.protocol = Some(p);
     }
 
     /// The adapter store whose numbers (and its pool's) each scrape reports.
@@ -281,6 +296,9 @@ impl Metrics {
         }
         if let Some(store) = &self.store {
             self.store_metrics.refresh(&store.stats());
+        }
+        if let Some(p) = &self.protocol {
+            p.refresh();
         }
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -365,6 +365,7 @@ fn done_reason(r: FinishReason) -> &'static str {
     match r {
         FinishReason::Stop => "stop",
         FinishReason::Length | FinishReason::ContextFull => "length",
+        FinishReason::Aborted => "abort",
     }
 }
 

@@ -540,6 +540,8 @@ fn finish_reason(r: FinishReason) -> &'static str {
     match r {
         FinishReason::Stop => "stop",
         FinishReason::Length | FinishReason::ContextFull => "length",
+        // vLLM's word for a request the server ended (here: a drain's grace ran out).
+        FinishReason::Aborted => "abort",
     }
 }
 

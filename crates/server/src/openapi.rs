@@ -39,6 +39,9 @@ struct Route {
 /// limit, a full queue, a failed computation, a stopped scheduler.
 const GENERATION_ERRORS: &[u16] = &[400, 404, 413, 429, 500, 503];
 
+/// The routes a supervisor probes, which take no key.
+const PROBES: [&str; 2] = ["/health", "/ready"];
+
 fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
     g.subschema_for::<T>().to_value()
 }
@@ -132,9 +135,29 @@ fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
         ),
         Route {
             errors: &[503],
-            ..get("/health", "Liveness: 200 while the scheduler runs (no API key needed); 503 once it has stopped, so a supervisor restarts the server", ok("Alive", json_content(schema_ref("Health"))))
+            ..get("/health", "Liveness: 200 while the scheduler runs (no API key needed); 503 once it has stopped, so a supervisor restarts the server. While the model loads, before this document is served, it answers 200 `{\"status\": \"loading\"}` and every other route 503", ok("Alive", json_content(schema_ref("Health"))))
         },
-        get("/metrics", "Prometheus metrics (OpenMetrics text)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
+        Route {
+            errors: &[503],
+            ..get("/ready", "Readiness: 200 once the model is loaded and the scheduler serves (no API key needed); 503 while loading, draining after SIGTERM, or once the scheduler has stopped", ok("Ready", json_content(schema_ref("Ready"))))
+        },
+        Route {
+            method: "post",
+            path: "/v1/load_lora_adapter",
+            summary: "vLLM's: register an adapter file of the server's --lora-dir under `lora_name` (again from the same file: 200)",
+            body: Some(json_body(schema_of::<adapters::LoadRequest>(g))),
+            ok: ok("Registered", json!({"text/plain": {"schema": {"type": "string"}}})),
+            errors: &[400, 404, 409, 413],
+        },
+        Route {
+            method: "post",
+            path: "/v1/unload_lora_adapter",
+            summary: "vLLM's: unregister an adapter (requests running on it finish on it)",
+            body: Some(json_body(schema_of::<adapters::UnloadRequest>(g))),
+            ok: ok("Unregistered", json!({"text/plain": {"schema": {"type": "string"}}})),
+            errors: &[400, 404, 413],
+        },
+        get("/metrics", "Prometheus metrics (OpenMetrics text): snug's own (`snug_…`) and the model-server protocol's under vLLM's names (`vllm:…`)", ok("Metrics", json!({"application/openmetrics-text": {"schema": {"type": "string"}}}))),
         get("/openapi.json", "This document", ok("OpenAPI 3.0", json_content(json!({"type": "object"})))),
         get("/ui/memory", "The memory picture the page /ui shows: the plan's numbers, what the server holds now, the bar's segments and the bar as SVG (the page itself is HTML, not part of this API)", ok("Memory", json_content(json!({"type": "object", "required": ["model", "plan", "live", "segments", "svg"]})))),
         get("/v1/adapters", "The registered LoRA adapters (request one with `model: BASE:NAME`)", ok("Adapters", json_content(schema_ref("AdapterList")))),
@@ -187,7 +210,7 @@ fn error_response(style: Style, status: u16) -> Value {
         },
         "content": {"application/json": {"schema": schema}},
     });
-    if status == 429 || status == 409 {
+    if status == 429 || status == 409 || status == 503 {
         r["headers"] =
             json!({"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}});
     }
@@ -200,10 +223,12 @@ fn build(auth: bool) -> Value {
     for r in routes(&mut g) {
         let style = Style::of_path(r.path);
         let mut responses = r.ok.as_object().cloned().unwrap_or_default();
-        let unauthorized: &[u16] = if auth && r.path != "/health" { &[401] } else { &[] };
+        let probe = PROBES.contains(&r.path);
+        let unauthorized: &[u16] = if auth && !probe { &[401] } else { &[] };
         // Every route refuses a foreign Host or Origin (and the admin routes, administration
-        // when it is off); every POST a body not sent as JSON (`access`).
-        let access: &[u16] = if r.method == "post" { &[403, 415] } else { &[403] };
+        // when it is off); every POST a body not sent as JSON (`access`), and any POST while
+        // the server drains (`replica`).
+        let access: &[u16] = if r.method == "post" { &[403, 415, 503] } else { &[403] };
         for &status in r.errors.iter().chain(unauthorized).chain(access) {
             responses.insert(status.to_string(), error_response(style, status));
         }
@@ -215,7 +240,7 @@ fn build(auth: bool) -> Value {
         if let Some(b) = r.body {
             op["requestBody"] = b;
         }
-        if auth && r.path == "/health" {
+        if auth && probe {
             op["security"] = json!([]);
         }
         if r.path.contains("{name}") {
@@ -254,7 +279,8 @@ fn response_schemas() -> Map<String, Value> {
         &["prompt_tokens", "completion_tokens", "total_tokens"],
         json!({"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}),
     );
-    let finish = json!({"type": "string", "enum": ["stop", "length"]});
+    // `abort`: cut short by a drain whose grace period ran out (`replica`).
+    let finish = json!({"type": "string", "enum": ["stop", "length", "abort"]});
     let completion = |choice: Value| {
         obj(
             &["id", "object", "created", "model", "choices", "usage"],
@@ -408,6 +434,7 @@ fn response_schemas() -> Map<String, Value> {
                 json!({"status": string, "model": string, "uptime_seconds": int}),
             ),
         ),
+        ("Ready", obj(&["status", "model"], json!({"status": string, "model": string}))),
     ];
     entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
@@ -473,6 +500,12 @@ mod tests {
         assert_eq!(err("/v1/chat/completions", "400"), "#/components/schemas/OpenAiError");
         assert_eq!(err("/api/chat", "404"), "#/components/schemas/OllamaError");
         assert!(d["paths"]["/health"]["get"]["responses"]["401"].is_null());
+        assert!(d["paths"]["/ready"]["get"]["responses"]["401"].is_null());
+        assert!(d["paths"]["/ready"]["get"]["responses"]["503"].is_object());
+        let load = &d["paths"]["/v1/load_lora_adapter"]["post"];
+        assert!(load["responses"]["200"].is_object() && load["responses"]["503"].is_object());
+        let s = &d["components"]["schemas"];
+        assert_eq!(s["LoadLoraAdapterRequest"]["required"], json!(["lora_name", "lora_path"]));
         assert!(d["paths"]["/metrics"]["get"]["responses"]["401"].is_object());
     }
 

@@ -47,6 +47,11 @@
 //! [`Handle::is_alive`] turns false and `/health` says 503. A request's numbers never size an
 //! allocation here: the penalty window is clamped to the context at admission.
 //!
+//! Shutdown: [`Handle::close`] (a drain whose grace period ran out) ends every running and
+//! waiting job at the next loop with [`FinishReason::Aborted`], text so far included, so each
+//! client still gets a final event. For the gateway's metrics the thread also publishes the
+//! adapters of the waiting jobs ([`Handle::waiting_adapters`]) whenever they change.
+//!
 //! Admission: [`Handle::reserve`] takes a place before the HTTP side does any work for a
 //! request (a [`Ticket`], given back if dropped unused), so a full server refuses at once, with
 //! a `Retry-After` of the jobs ahead × the recent mean job time ÷ the slots. Every loop drains
@@ -140,6 +145,9 @@ pub enum FinishReason {
     Length,
     /// The context filled up.
     ContextFull,
+    /// The server cut it short: it is shutting down and its drain grace period ran out
+    /// ([`Handle::close`]).
+    Aborted,
 }
 
 /// How a job ended, with its exact token counts and timings.
@@ -228,20 +236,30 @@ pub struct Handle {
     pub n_seq: usize,
     pub queue: usize,
     pub n_ctx: usize,
-    /// Blocks in the KV pool: `kv_blocks_used + kv_blocks_free + kv_blocks_cached`.
+    /// Blocks in the KV pool: `kv_blocks_used + kv_blocks_free + kv_blocks_cached`. A block
+    /// holds `model::kv::BLOCK_TOKENS` positions of one layer.
     pub kv_blocks: usize,
+    /// The model's layers (a position takes a block in each).
+    pub n_layer: usize,
     shed: Shed,
     /// Shared with the scheduler thread: its liveness and recent mean job time.
     life: Arc<Life>,
 }
 
-/// What the scheduler thread tells the handles about itself.
-#[derive(Debug)]
+/// What the scheduler thread and the handles tell each other.
+#[derive(Debug, Default)]
 struct Life {
     /// False once the thread has ended (returned or unwound).
     alive: AtomicBool,
     /// Exponential mean of the seconds a job holds a slot (`f64` bits; 0: none finished yet).
     mean_job: AtomicU64,
+    /// Set by [`Handle::close`]: every job running or waiting, and any submitted later, ends
+    /// at the next step with [`FinishReason::Aborted`].
+    closing: AtomicBool,
+    /// The adapter names of the jobs waiting for a slot (sorted, without repeats), published
+    /// by the scheduler whenever they change. Jobs still in the channel show from the
+    /// scheduler's next loop, at most one step late.
+    waiting_adapters: std::sync::Mutex<Vec<String>>,
 }
 
 impl Life {
@@ -318,6 +336,18 @@ impl Handle {
     /// Jobs waiting or running, plus tickets held by requests still being prepared.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Acquire)
+    }
+
+    /// The adapters of the jobs waiting for a slot (sorted; at most one step late).
+    pub fn waiting_adapters(&self) -> Vec<String> {
+        self.life.waiting_adapters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Ends every job running or waiting, and any submitted from now on, at the scheduler's
+    /// next step with [`FinishReason::Aborted`] (a well-formed end with the text so far): the
+    /// last act of a drain whose grace period ran out. Cannot be undone.
+    pub fn close(&self) {
+        self.life.closing.store(true, Ordering::Release);
     }
 
     /// Recent mean seconds a job holds a slot (0 before any finished).
@@ -482,15 +512,15 @@ pub fn spawn_with_shed<R: 'static>(
     let (ready_tx, ready_rx) = mpsc::channel();
     let c = counters.clone();
     let shed2 = shed.clone();
-    let life = Arc::new(Life { alive: AtomicBool::new(true), mean_job: AtomicU64::new(0) });
+    let life = Arc::new(Life { alive: AtomicBool::new(true), ..Life::default() });
     let life2 = life.clone();
     std::thread::Builder::new().name("snug-scheduler".into()).spawn(move || match make() {
         Ok((ctx, keep)) => {
             let _alive = AliveGuard(life2.clone());
-            let sizes = (ctx.params.n_seq_max, ctx.params.n_ctx);
+            let sizes = (ctx.params.n_seq_max, ctx.params.n_ctx, ctx.config().n_layer);
             let sched = Scheduler::new(ctx, tok, rx, outstanding2, c, opts, shed2, life2);
             let b = sched.publish_blocks();
-            let _ = ready_tx.send(Ok((sizes.0, sizes.1, b.used + b.free + b.cached)));
+            let _ = ready_tx.send(Ok((sizes, b.used + b.free + b.cached)));
             sched.run();
             drop(keep);
         }
@@ -498,8 +528,9 @@ pub fn spawn_with_shed<R: 'static>(
             let _ = ready_tx.send(Err(e));
         }
     })?;
-    let (n_seq, n_ctx, kv_blocks) = ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
-    Ok(Handle { tx, outstanding, counters, n_seq, queue, n_ctx, kv_blocks, shed, life })
+    let ((n_seq, n_ctx, n_layer), kv_blocks) =
+        ready_rx.recv().map_err(|_| ServeError::SchedulerDied)??;
+    Ok(Handle { tx, outstanding, counters, n_seq, queue, n_ctx, kv_blocks, n_layer, shed, life })
 }
 
 /// One running request in a slot.
@@ -670,6 +701,9 @@ impl Scheduler {
             }
             self.shed_if_asked();
             self.drop_cancelled();
+            if self.life.closing.load(Ordering::Acquire) {
+                self.abort_all();
+            }
             if self.order.is_empty() {
                 continue;
             }
@@ -678,6 +712,45 @@ impl Scheduler {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.step())) {
                 self.fail_all(&format!("internal error in a scheduler step: {}", panic_text(&*p)));
             }
+        }
+    }
+
+    /// Ends every running sequence and every waiting job with [`FinishReason::Aborted`]: the
+    /// text so far and a final event, so each client sees a well-formed end.
+    fn abort_all(&mut self) {
+        let running: Vec<usize> = self.order.iter().copied().collect();
+        for s in running {
+            if let Some(q) = self.release(s) {
+                let _ = q.job.events.send(Event::Done(q.finish(FinishReason::Aborted)));
+            }
+        }
+        for (job, submitted) in std::mem::take(&mut self.waiting) {
+            self.counters.queued.dec();
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            let _ = job.events.send(Event::Done(Finish {
+                reason: FinishReason::Aborted,
+                n_prompt: job.req.prompt.len(),
+                n_gen: 0,
+                queued: submitted.elapsed(),
+                prompt: Duration::ZERO,
+                generation: Duration::ZERO,
+            }));
+        }
+        self.publish_waiting_adapters();
+    }
+
+    /// Publishes the adapters of the waiting jobs if they changed (no allocation while no
+    /// waiting job has an adapter).
+    fn publish_waiting_adapters(&self) {
+        let mut now: Vec<String> = (self.waiting.iter())
+            .flat_map(|(j, _)| j.req.adapters.leases.iter().map(|(l, _)| l.lora().name.clone()))
+            .collect();
+        now.sort_unstable();
+        now.dedup();
+        let mut cur =
+            self.life.waiting_adapters.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *cur != now {
+            *cur = now;
         }
     }
 
@@ -754,6 +827,7 @@ impl Scheduler {
                 let _ = events.send(Event::Failed(msg));
             }
         }
+        self.publish_waiting_adapters();
         true
     }
 

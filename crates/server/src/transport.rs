@@ -64,7 +64,7 @@ fn overloaded() -> Vec<u8> {
 /// Serves `app` on `listener` within `limits` until `stop` resolves; then stops accepting,
 /// lets each open connection finish the request it is answering, and returns.
 pub async fn serve(
-    listener: TcpListener,
+    listener: &TcpListener,
     app: Router,
     limits: Limits,
     refused: prometheus_client::metrics::counter::Counter,

@@ -1,5 +1,6 @@
-//! `snug serve` on a free loopback port for a test: started, waited for (`GET /health`), and
-//! stopped when the [`Server`] drops (also when the test fails).
+//! `snug serve` on a free loopback port for a test: started, waited for (`GET /ready`: the
+//! model is loaded and the scheduler serves), and stopped when the [`Server`] drops (also when
+//! the test fails).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -15,13 +16,20 @@ pub struct Server {
 
 impl Server {
     /// Starts `snug serve MODEL --port P ARGS...` (the binary under test) and returns once it
-    /// answers `GET /health`; fails with the server's stderr if it exits first.
+    /// answers `GET /ready` with 200; fails with the server's stderr if it exits first.
     pub fn start(model: &Path, args: &[&str]) -> Server {
         Server::start_with_env(model, args, &[])
     }
 
     /// [`Server::start`] with `env` added to the server's environment.
     pub fn start_with_env(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut server = Server::spawn(model, args, env);
+        server.wait_ready();
+        server
+    }
+
+    /// [`Server::start_with_env`] without waiting: the process may not listen yet.
+    pub fn spawn(model: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_snug"))
             .envs(env.iter().copied())
@@ -33,9 +41,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("snug serve starts");
-        let mut server = Server { child, port };
-        server.wait_ready();
-        server
+        Server { child, port }
     }
 
     /// The server's process id.
@@ -48,7 +54,8 @@ impl Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until `GET /ready` answers 200 (at most 120 s).
+    pub fn wait_ready(&mut self) {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(120) {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -58,12 +65,36 @@ impl Server {
                 }
                 panic!("snug serve exited ({status}) before answering: {err}");
             }
-            if let Ok((200, _)) = self.get("/health") {
+            if let Ok((200, _)) = self.get("/ready") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("snug serve did not answer /health within 120 s");
+        panic!("snug serve was not ready within 120 s");
+    }
+
+    /// Sends the server SIGTERM.
+    pub fn terminate(&self) {
+        // SAFETY: kill(2) on the pid of a child this Server owns and has not reaped.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill(SIGTERM) failed");
+    }
+
+    /// Waits up to `within` for the process to exit: its exit status and stderr, or `None`
+    /// if it still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let t0 = Instant::now();
+        while t0.elapsed() < within {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut err = String::new();
+                if let Some(e) = self.child.stderr.as_mut() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                return Some((status, err));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// `GET path` over a fresh connection: the status and the body (HTTP/1.1, no keep-alive;
