@@ -639,7 +639,12 @@ pub(crate) mod tests {
     /// Qwen2.5-7B Q4_K_M as the planner sees it (shared with the pressure tests).
     pub(crate) fn qwen7b() -> (ModelConfig, ModelFacts) {
         let arch = model::Arch::Qwen2;
-        let layer = model::config::LayerAttn { window: None, rope_base: 1e6, rope_freq_scale: 1.0 };
+        let layer = model::config::LayerAttn {
+            window: None,
+            rope_base: 1e6,
+            rope_freq_scale: 1.0,
+            rope: true,
+        };
         let c = ModelConfig {
             arch,
             spec: arch.spec(),
@@ -659,7 +664,10 @@ pub(crate) mod tests {
             attn_softcap: None,
             final_softcap: None,
             embd_scale: 1.0,
+            rope_attn_factor: 1.0,
+            n_ctx_orig: 32768,
             layers: vec![layer; 28],
+            moe: None,
         };
         let m = ModelFacts {
             file_bytes: 4_682_436_000,
