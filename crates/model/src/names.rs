@@ -42,6 +42,12 @@ pub fn stage_group(suffix: &str) -> Option<usize> {
     }
 }
 
+/// Whether layer tensor `suffix` stacks every expert's matrices (`ffn_*_exps`): a token reads
+/// only its chosen experts' blocks of it.
+pub fn is_experts(suffix: &str) -> bool {
+    matches!(suffix, FFN_GATE_EXPS | FFN_UP_EXPS | FFN_DOWN_EXPS)
+}
+
 /// Name of layer `il`'s tensor `suffix` (`attn_q.weight` → `blk.3.attn_q.weight`).
 pub fn layer_tensor(il: usize, suffix: &str) -> String {
     format!("blk.{il}.{suffix}")
@@ -76,6 +82,7 @@ mod tests {
         assert_eq!(stage_group(FFN_DOWN), Some(memory::stages::GROUPS - 1));
         assert_eq!(stage_group(FFN_DOWN_EXPS), stage_group(FFN_DOWN));
         assert_eq!(stage_group(FFN_GATE_INP), stage_group(FFN_UP_EXPS));
+        assert!(is_experts(FFN_DOWN_EXPS) && !is_experts(FFN_GATE_INP) && !is_experts(FFN_DOWN));
         assert_eq!(stage_group("attn_norm.weight"), None);
     }
 }
