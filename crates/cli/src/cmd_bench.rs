@@ -38,15 +38,20 @@ pub struct BenchCmd {
     pub run: RunArgs,
 }
 
-/// Bytes of weights one decoded token reads: every layer matrix and the output matrix
-/// (the embedding contributes one row).
+/// Bytes of weights one decoded token reads: every layer matrix (of a mixture of experts, the
+/// router and the share of the stacked experts a token uses) and the output matrix (the
+/// embedding contributes one row).
 pub fn weight_bytes_per_token(model: &Model) -> u64 {
     let w = &model.weights;
+    let (k, n) = model.config.moe.map_or((1, 1), |m| (m.n_expert_used as u64, m.n_expert as u64));
     let layers: u64 = w
         .layers
         .iter()
         .map(|l| {
-            [l.wq, l.wk, l.wv, l.wo, l.gate, l.up, l.down].iter().map(|m| m.len as u64).sum::<u64>()
+            let attn: u64 = [l.wq, l.wk, l.wv, l.wo].iter().map(|m| m.len as u64).sum();
+            let router = l.router.map_or(0, |r| r.len as u64);
+            let ffn: u64 = [l.gate, l.up, l.down].iter().map(|m| m.len as u64 * k / n).sum();
+            attn + router + ffn
         })
         .sum();
     layers + w.output.len as u64 + w.tok_embd.row_bytes() as u64

@@ -149,6 +149,8 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "breakdown": pred,
             "facts": {"file_bytes": facts.file_bytes, "header_bytes": facts.header_bytes, "embd_bytes": facts.embd_bytes, "output_tied": facts.output_tied, "other_bytes": facts.other_bytes, "n_tokens": facts.n_tokens, "token_text_bytes": facts.token_text_bytes, "n_merges": facts.n_merges, "merge_text_bytes": facts.merge_text_bytes},
             "kv_bytes_per_token": model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v),
+            "weight_bytes_read_per_token": facts.bytes_read_per_token(&cfg),
+            "expert_bytes": facts.expert_bytes,
             "reason": match &choice { Ok(c) => c.reason.clone(), Err(e) => e.to_string() },
             "alternatives": choice.as_ref().err().map(|e| e.alternatives.clone()),
             "table": table,
@@ -174,6 +176,16 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "sliding window on {n_win} of {} layers ({} positions)",
             cfg.n_layer,
             windows().next().unwrap_or(0)
+        );
+    }
+    if let Some(m) = cfg.moe {
+        println!(
+            "mixture of experts: {} of {} experts per token; experts {} of the file; a decoded \
+             token reads {} of weights (expert cache: none yet, streamed layers read every expert)",
+            m.n_expert_used,
+            m.n_expert,
+            fmt_bytes(facts.expert_bytes),
+            fmt_bytes(facts.bytes_read_per_token(&cfg))
         );
     }
     println!(

@@ -7,8 +7,8 @@ use hub::synth::{self, Recipe, SynthOptions};
 
 #[derive(clap::Args)]
 pub struct SynthArgs {
-    /// Model shape: qwen2.5-7b, llama-3.1-8b, qwen2.5-1.5b, qwen2.5-0.5b, tiny-qwen2, tiny-llama.
-    #[arg(long)]
+    /// Model shape (the `tiny-*` ones are for tests). The list is `hub::synth::SHAPES`.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(synth::SHAPES.map(|s| s.name)))]
     pub shape: String,
     /// Tensor-type recipe: q4_k_m (llama-quantize's mix), q8_0, f16 or f32.
     #[arg(long, default_value = "q4_k_m")]
@@ -29,6 +29,10 @@ pub struct SynthArgs {
     /// Quantize every row of random values (slow) instead of tiling a pool of quantized rows.
     #[arg(long)]
     pub exact: bool,
+    /// Standard deviation of the output projection's random values (every other matrix has
+    /// 0.02). Around 0.5 peaks the next-token distribution, for agreement tests.
+    #[arg(long, default_value_t = 0.02)]
+    pub output_std: f32,
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
@@ -52,6 +56,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         seed: args.seed,
         threads: args.threads.max(1),
         exact: args.exact,
+        output_std: args.output_std,
         quiet: false,
         ..SynthOptions::new(shape)
     };

@@ -405,7 +405,12 @@ pub fn one_layer_config(
     c.head_dim_v = hd;
     c.attn_scale = 1.0 / (hd as f32).sqrt();
     c.attn_softcap = softcap;
-    c.layers = vec![crate::config::LayerAttn { window, rope_base: 10000.0, rope_freq_scale: 1.0 }];
+    c.layers = vec![crate::config::LayerAttn {
+        window,
+        rope_base: 10000.0,
+        rope_freq_scale: 1.0,
+        rope: true,
+    }];
     c
 }
 

@@ -3,7 +3,7 @@
 
 use gguf::GgufFile;
 
-use crate::arch::{Arch, ArchSpec};
+use crate::arch::{Arch, ArchSpec, Gating};
 use crate::ModelError;
 
 /// Per-layer attention shape: gemma2/3 alternate sliding-window and global layers.
@@ -14,6 +14,23 @@ pub struct LayerAttn {
     pub rope_base: f32,
     /// Position multiplier (1 / linear scaling factor).
     pub rope_freq_scale: f32,
+    /// q and k are rotated (false on SmolLM3's NoPE layers).
+    pub rope: bool,
+}
+
+/// A mixture-of-experts FFN's shape and router (`{arch}.expert_*` keys).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub n_expert: usize,
+    /// Experts each token uses (top-k).
+    pub n_expert_used: usize,
+    /// Hidden width of one expert.
+    pub n_ff_exp: usize,
+    pub gating: Gating,
+    /// Chosen experts' weights renormalised to sum to 1.
+    pub norm_weights: bool,
+    /// Multiplier on the chosen weights (1 when the file does not say).
+    pub weights_scale: f32,
 }
 
 #[derive(Clone, Debug)]
@@ -43,7 +60,15 @@ pub struct ModelConfig {
     pub final_softcap: Option<f32>,
     /// Multiplier on the token embedding (gemma: sqrt(n_embd)).
     pub embd_scale: f32,
+    /// Multiplier on RoPE's cos and sin, so on the rotated part of q and of k
+    /// (`rope.scaling.attn_factor`: Phi-4-mini's LongRoPE attention factor).
+    pub rope_attn_factor: f32,
+    /// Context the model was trained at before long-context scaling
+    /// (`rope.scaling.original_context_length`): past it, Phi's LongRoPE uses its long factors.
+    pub n_ctx_orig: usize,
     pub layers: Vec<LayerAttn>,
+    /// The FFN of every layer is a mixture of experts.
+    pub moe: Option<MoeConfig>,
 }
 
 /// The longest context snug uses when none is asked for (the model's training context when
@@ -167,6 +192,54 @@ impl ModelConfig {
             if spec.softcapping { softcap("final_logit_softcapping") } else { None };
         let embd_scale = if spec.scale_embd { (n_embd as f32).sqrt() } else { 1.0 };
 
+        let rope_attn_factor = opt_f("rope.scaling.attn_factor").unwrap_or(1.0);
+        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
+            return Err(ModelError::BadValue {
+                key: key("rope.scaling.attn_factor"),
+                value: rope_attn_factor.to_string(),
+            });
+        }
+        let n_ctx_orig = f
+            .get_u64(&key("rope.scaling.original_context_length"))
+            .map_or(n_ctx_train, |v| v as usize);
+        let moe = match spec.moe {
+            None => None,
+            Some(m) => {
+                let n_expert = req("expert_count")?;
+                let n_expert_used = req("expert_used_count")?;
+                if n_expert_used > n_expert || n_expert > 4096 {
+                    return Err(ModelError::BadValue {
+                        key: key("expert_used_count"),
+                        value: format!("{n_expert_used} of {n_expert} experts"),
+                    });
+                }
+                let n_ff_exp = match f.get_u64(&key("expert_feed_forward_length")) {
+                    Some(_) => req("expert_feed_forward_length")?,
+                    None => n_ff / n_expert_used,
+                };
+                let gating = match f.get_u64(&key("expert_gating_func")) {
+                    None => m.gating,
+                    Some(1) => Gating::Softmax,
+                    Some(2) => Gating::Sigmoid,
+                    Some(v) => {
+                        return Err(ModelError::Unsupported(format!(
+                            "expert gating function {v} (snug supports 1 softmax and 2 sigmoid)"
+                        )))
+                    }
+                };
+                Some(MoeConfig {
+                    n_expert,
+                    n_expert_used,
+                    n_ff_exp,
+                    gating,
+                    norm_weights: f.get_bool(&key("expert_weights_norm")).unwrap_or(m.norm_weights),
+                    weights_scale: opt_f("expert_weights_scale")
+                        .filter(|&v| v != 0.0)
+                        .unwrap_or(1.0),
+                })
+            }
+        };
+
         let layers = (0..n_layer)
             .map(|il| {
                 let swa = window.is_some() && spec.swa_pattern.is_swa(il);
@@ -174,6 +247,7 @@ impl ModelConfig {
                     window: if swa { window } else { None },
                     rope_base: if swa { rope_base_swa } else { rope_base },
                     rope_freq_scale: if swa { 1.0 } else { rope_freq_scale },
+                    rope: spec.uses_rope(il),
                 }
             })
             .collect();
@@ -197,7 +271,10 @@ impl ModelConfig {
             attn_softcap,
             final_softcap,
             embd_scale,
+            rope_attn_factor,
+            n_ctx_orig,
             layers,
+            moe,
         })
     }
 
@@ -208,6 +285,12 @@ impl ModelConfig {
 
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
+    }
+
+    /// Widest FFN hidden layer a token passes through: `n_ff`, or one expert's for a
+    /// mixture of experts (whose `feed_forward_length` is a dense width no layer has).
+    pub fn ff_dim(&self) -> usize {
+        self.moe.map_or(self.n_ff, |m| m.n_ff_exp)
     }
 }
 

@@ -12,12 +12,13 @@ use quant::threads::ThreadPool;
 
 use crate::attention::{attention, scratch_floats};
 use crate::batch::Batch;
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, MoeConfig};
 use crate::kv::{KvCache, SeqId};
 use crate::lora::{bgmv, AdapterSet, Lora, LoraError};
+use crate::moe::{self, MoeScratch};
 use crate::ops::{self, RopeTable};
 use crate::params::ContextParams;
-use crate::weights::{LayerWeights, Mat};
+use crate::weights::{LayerWeights, Mat, Weights};
 use crate::{Model, ModelError};
 
 /// Activation buffers, sized for `n_ubatch` tokens. Shapes in comments are `[tokens][width]`.
@@ -44,6 +45,8 @@ struct Scratch {
     /// attention scratch: per thread a key and a value block tile and the rows' online-softmax
     /// state, plus split-K partials (`attention::scratch_floats`)
     attn_tmp: Vec<f32>,
+    /// the mixture-of-experts block's buffers (`None` for a dense model)
+    moe: Option<MoeScratch>,
 }
 
 pub struct Context {
@@ -71,8 +74,10 @@ pub struct ScratchSizes {
     pub q: usize,
     /// `[ub][kv_dim]`: keys, and again values.
     pub kv: usize,
-    /// `[ub][n_ff]`: gate, and again up.
+    /// `[ub][n_ff]`: gate, and again up (0 for a mixture of experts, whose FFN has its own).
     pub ff: usize,
+    /// The mixture-of-experts block's floats ([`MoeScratch::floats`]; 0 for a dense model).
+    pub moe: usize,
     /// `[min(ub, n_outputs_max)][n_embd]`: rows whose logits are wanted.
     pub xo: usize,
     /// Bytes of quantized activations for matmul (reserved; touched as far as a batch needs).
@@ -92,9 +97,10 @@ impl ScratchSizes {
             embd: ub.saturating_mul(c.n_embd),
             q: ub.saturating_mul(c.q_dim()),
             kv: ub.saturating_mul(c.kv_dim()),
-            ff: ub.saturating_mul(c.n_ff),
+            ff: if c.moe.is_some() { 0 } else { ub.saturating_mul(c.n_ff) },
+            moe: c.moe.map_or(0, |m| MoeScratch::floats(&m, ub, c.n_embd)),
             xo: ub.min(p.n_outputs_max.max(1)).saturating_mul(c.n_embd),
-            qbuf_bytes: ub.saturating_mul(c.n_ff.max(c.n_embd)).saturating_mul(2),
+            qbuf_bytes: ub.saturating_mul(c.ff_dim().max(c.n_embd)).saturating_mul(2),
             attn: scratch_floats(c, p.n_threads.max(1)),
             logits: p.n_outputs_max.max(1).saturating_mul(c.n_vocab),
         }
@@ -104,7 +110,9 @@ impl ScratchSizes {
     pub fn activation_bytes(&self) -> usize {
         [self.embd, self.q, self.kv, self.ff]
             .iter()
-            .fold(self.xo.saturating_add(self.attn), |a, &b| a.saturating_add(b.saturating_mul(2)))
+            .fold(self.xo.saturating_add(self.attn).saturating_add(self.moe), |a, &b| {
+                a.saturating_add(b.saturating_mul(2))
+            })
             .saturating_mul(std::mem::size_of::<f32>())
             .saturating_add(self.qbuf_bytes)
     }
@@ -130,8 +138,9 @@ impl Context {
             up: vec![0.0; z.ff],
             xo: vec![0.0; z.xo],
             qbuf: Vec::with_capacity(z.qbuf_bytes),
-            rope: RopeTable::new(c.n_rot),
+            rope: RopeTable::new(c.n_rot, c.rope_attn_factor),
             attn_tmp: vec![0.0; z.attn],
+            moe: c.moe.map(|m| MoeScratch::new(&m, params.n_ubatch, c.n_embd)),
         };
         let kv = KvCache::new(c, &params);
         let logits = vec![0.0; z.logits];
@@ -236,7 +245,7 @@ impl Context {
         let (c, w) = (&model.config, &model.weights);
         let file = model.file.bytes();
         let n = b1 - b0;
-        let (d, qd, kvd, ff, hd) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff, c.head_dim);
+        let d = c.n_embd;
         let s = &mut self.s;
         let pool = &self.pool;
 
@@ -254,6 +263,7 @@ impl Context {
         }
 
         let observer = self.observer.get().cloned();
+        let rope_factors = rope_factors(c, w, self.params.n_ctx);
         for (il, lw) in w.layers.iter().enumerate() {
             // Each matrix group's matmul, reported to the observer stage by stage.
             let gm = GroupMm {
@@ -264,103 +274,19 @@ impl Context {
                 blocks: &w.stage_blocks,
                 lora: (&self.adapters, &batch.seq[b0..b1]),
             };
-            let la = c.layers[il];
-            // Attention block.
-            for t in 0..n {
-                ops::rms_norm_into(
-                    &mut s.xn[t * d..(t + 1) * d],
-                    &s.x[t * d..(t + 1) * d],
-                    &lw.attn_norm,
-                    c.rms_eps,
-                );
-            }
-            gm.run(
-                lw,
-                0,
-                &s.xn[..n * d],
-                n,
-                &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
-                &mut s.qbuf,
-            )?;
-            for t in 0..n {
-                let (q, k, v) = (
-                    &mut s.q[t * qd..(t + 1) * qd],
-                    &mut s.k[t * kvd..(t + 1) * kvd],
-                    &mut s.v[t * kvd..(t + 1) * kvd],
-                );
-                if let Some(b) = &lw.bq {
-                    ops::add_assign(q, b);
+            let io = Rows { n, d };
+            io.norm(&mut s.xn, &s.x, &lw.attn_norm, c.rms_eps);
+            let at = AttnAt { il, batch, b0, rope_factors };
+            attention_block(&gm, c, lw, &at, &mut self.kv, s)?;
+            io.residual(&mut s.x, &mut s.xn, lw.post_attn_norm.as_deref(), c.rms_eps);
+            io.norm(&mut s.xn, &s.x, &lw.ffn_norm, c.rms_eps);
+            match (&c.moe, &mut s.moe) {
+                (Some(m), Some(ms)) => {
+                    moe_block(&gm, m, lw, &mut s.xn[..n * d], n, d, ms, &mut s.qbuf)?
                 }
-                if let Some(b) = &lw.bk {
-                    ops::add_assign(k, b);
-                }
-                if let Some(b) = &lw.bv {
-                    ops::add_assign(v, b);
-                }
-                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                    q.chunks_mut(hd).for_each(|h| ops::rms_norm(h, qn, c.rms_eps));
-                    k.chunks_mut(hd).for_each(|h| ops::rms_norm(h, kn, c.rms_eps));
-                }
-                s.rope.fill(
-                    batch.pos[b0 + t],
-                    la.rope_base,
-                    la.rope_freq_scale,
-                    w.rope_freqs.as_deref(),
-                );
-                q.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
-                k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
-                self.kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
+                _ => ffn_block(&gm, c, lw, n, s)?,
             }
-            attention(
-                pool,
-                c,
-                &self.kv,
-                il,
-                batch,
-                b0,
-                n,
-                &s.q,
-                &mut s.att[..n * qd],
-                &mut s.attn_tmp,
-            );
-            for t in b0..b1 {
-                self.kv.evict(batch.seq[t], il, batch.pos[t]);
-            }
-            gm.run(lw, 1, &s.att[..n * qd], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)?;
-            for t in 0..n {
-                let o = &mut s.xn[t * d..(t + 1) * d];
-                if let Some(pn) = &lw.post_attn_norm {
-                    ops::rms_norm(o, pn, c.rms_eps);
-                }
-                ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
-            }
-
-            // Feed-forward block.
-            for t in 0..n {
-                ops::rms_norm_into(
-                    &mut s.xn[t * d..(t + 1) * d],
-                    &s.x[t * d..(t + 1) * d],
-                    &lw.ffn_norm,
-                    c.rms_eps,
-                );
-            }
-            gm.run(
-                lw,
-                2,
-                &s.xn[..n * d],
-                n,
-                &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]],
-                &mut s.qbuf,
-            )?;
-            ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
-            gm.run(lw, 3, &s.gate[..n * ff], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)?;
-            for t in 0..n {
-                let o = &mut s.xn[t * d..(t + 1) * d];
-                if let Some(pn) = &lw.post_ffn_norm {
-                    ops::rms_norm(o, pn, c.rms_eps);
-                }
-                ops::add_assign(&mut s.x[t * d..(t + 1) * d], o);
-            }
+            io.residual(&mut s.x, &mut s.xn, lw.post_ffn_norm.as_deref(), c.rms_eps);
         }
 
         // Output rows.
@@ -392,6 +318,166 @@ impl Context {
         }
         Ok(())
     }
+}
+
+/// The RoPE frequency divisors every layer uses: Llama 3's `rope_freqs`, or Phi's LongRoPE
+/// factors, long ones when a sequence may run past the original training context (as
+/// llama.cpp chooses them, by the context size, not the position).
+fn rope_factors<'w>(c: &ModelConfig, w: &'w Weights, n_ctx: usize) -> Option<&'w [f32]> {
+    w.rope_freqs.as_deref().or(if n_ctx > c.n_ctx_orig {
+        w.rope_factors_long.as_deref()
+    } else {
+        w.rope_factors_short.as_deref()
+    })
+}
+
+/// `n` rows of `d` values: the shape the norm and residual blocks work on.
+#[derive(Clone, Copy)]
+struct Rows {
+    n: usize,
+    d: usize,
+}
+
+impl Rows {
+    /// Norm block: `out[t] = rms_norm(x[t]) · w`.
+    fn norm(self, out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+        let d = self.d;
+        for t in 0..self.n {
+            ops::rms_norm_into(&mut out[t * d..(t + 1) * d], &x[t * d..(t + 1) * d], w, eps);
+        }
+    }
+
+    /// Residual block: `x[t] += post_norm(o[t])` (the norm only where the model has one).
+    fn residual(self, x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, eps: f32) {
+        let d = self.d;
+        for t in 0..self.n {
+            let o = &mut o[t * d..(t + 1) * d];
+            if let Some(pn) = post_norm {
+                ops::rms_norm(o, pn, eps);
+            }
+            ops::add_assign(&mut x[t * d..(t + 1) * d], o);
+        }
+    }
+}
+
+/// Where an attention block runs: the layer, the batch slice and the RoPE factors.
+struct AttnAt<'a> {
+    il: usize,
+    batch: &'a Batch,
+    b0: usize,
+    rope_factors: Option<&'a [f32]>,
+}
+
+/// Attention block: `s.xn` (normed input) → q/k/v (+ biases, per-head q/k norms, RoPE unless
+/// the layer is NoPE) → keys and values into the cache → attention → output projection, left in
+/// `s.xn`.
+fn attention_block(
+    gm: &GroupMm,
+    c: &ModelConfig,
+    lw: &LayerWeights,
+    at: &AttnAt,
+    kv: &mut KvCache,
+    s: &mut Scratch,
+) -> Result<(), ModelError> {
+    let (il, batch, b0) = (at.il, at.batch, at.b0);
+    let n = gm.lora.1.len();
+    let (d, qd, kvd, hd) = (c.n_embd, c.q_dim(), c.kv_dim(), c.head_dim);
+    let la = c.layers[il];
+    gm.run(
+        lw,
+        0,
+        &s.xn[..n * d],
+        n,
+        &mut [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
+        &mut s.qbuf,
+    )?;
+    for t in 0..n {
+        let (q, k, v) = (
+            &mut s.q[t * qd..(t + 1) * qd],
+            &mut s.k[t * kvd..(t + 1) * kvd],
+            &mut s.v[t * kvd..(t + 1) * kvd],
+        );
+        if let Some(b) = &lw.bq {
+            ops::add_assign(q, b);
+        }
+        if let Some(b) = &lw.bk {
+            ops::add_assign(k, b);
+        }
+        if let Some(b) = &lw.bv {
+            ops::add_assign(v, b);
+        }
+        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            q.chunks_mut(hd).for_each(|h| ops::rms_norm(h, qn, c.rms_eps));
+            k.chunks_mut(hd).for_each(|h| ops::rms_norm(h, kn, c.rms_eps));
+        }
+        if la.rope {
+            s.rope.fill(batch.pos[b0 + t], la.rope_base, la.rope_freq_scale, at.rope_factors);
+            q.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
+            k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
+        }
+        kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
+    }
+    attention(gm.pool, c, kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp);
+    for t in b0..b0 + n {
+        kv.evict(batch.seq[t], il, batch.pos[t]);
+    }
+    gm.run(lw, 1, &s.att[..n * qd], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)
+}
+
+/// Dense FFN block: `s.xn = down(act(gate(s.xn)) · up(s.xn))`.
+fn ffn_block(
+    gm: &GroupMm,
+    c: &ModelConfig,
+    lw: &LayerWeights,
+    n: usize,
+    s: &mut Scratch,
+) -> Result<(), ModelError> {
+    let (d, ff) = (c.n_embd, c.n_ff);
+    gm.run(
+        lw,
+        2,
+        &s.xn[..n * d],
+        n,
+        &mut [&mut s.gate[..n * ff], &mut s.up[..n * ff]],
+        &mut s.qbuf,
+    )?;
+    ops::glu(&mut s.gate[..n * ff], &s.up[..n * ff], c.spec.activation);
+    gm.run(lw, 3, &s.gate[..n * ff], n, &mut [&mut s.xn[..n * d]], &mut s.qbuf)
+}
+
+#[allow(clippy::too_many_arguments)] // the block's weights, rows and buffers
+/// Mixture-of-experts FFN block (`moe::moe_ffn`), in place in `xn`. The observer sees the FFN
+/// groups' stages begin before the router and end after the last expert: a streamed MoE layer
+/// reads all its experts (an expert cache is not built yet). LoRA adapters do not reach experts.
+fn moe_block(
+    gm: &GroupMm,
+    m: &MoeConfig,
+    lw: &LayerWeights,
+    xn: &mut [f32],
+    n: usize,
+    d: usize,
+    ms: &mut MoeScratch,
+    qbuf: &mut Vec<u8>,
+) -> Result<(), ModelError> {
+    let first: usize = gm.blocks[..2].iter().sum();
+    let count: usize = gm.blocks[2..].iter().sum();
+    if let Some(o) = gm.obs {
+        o.before_stage(gm.il, first);
+    }
+    moe::moe_ffn(
+        m,
+        lw,
+        xn,
+        n,
+        d,
+        ms,
+        |w, x, rows, y| mm(gm.pool, gm.file, w, x, rows, y, qbuf),
+        |_| {},
+    )?;
+    if let Some(o) = gm.obs {
+        (first..first + count).for_each(|st| o.after_stage(gm.il, st));
+    }
+    Ok(())
 }
 
 /// Multiplies by one layer's matrix groups (`memory::stages`), telling the observer around each

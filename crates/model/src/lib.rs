@@ -1,5 +1,5 @@
 //! Models: typed configuration from GGUF metadata, zero-copy weights, the KV cache and the
-//! forward pass for llama, qwen2, gemma2, gemma3 and phi3.
+//! forward pass for llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and smollm3.
 
 pub mod arch;
 pub mod attention;
@@ -9,6 +9,7 @@ pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod lora;
+pub mod moe;
 pub mod names;
 pub mod ops;
 mod par;
@@ -52,7 +53,7 @@ impl Model {
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
-    #[error("unsupported architecture {0:?}: snug runs llama, qwen2, gemma2, gemma3 and phi3")]
+    #[error("unsupported architecture {0:?}: snug runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and smollm3")]
     UnsupportedArch(String),
     #[error("model metadata lacks {0}")]
     MissingKey(String),

@@ -17,6 +17,17 @@ pub const FFN_GATE: &str = "ffn_gate.weight";
 /// Up, or gate and up fused (phi3).
 pub const FFN_UP: &str = "ffn_up.weight";
 pub const FFN_DOWN: &str = "ffn_down.weight";
+/// Mixture of experts: the router `[n_embd] → [n_expert]`, and the experts' matrices stacked
+/// in one 3-D tensor each (`[n_embd, n_ff_exp, n_expert]`; down `[n_ff_exp, n_embd, n_expert]`),
+/// one expert a contiguous block.
+pub const FFN_GATE_INP: &str = "ffn_gate_inp.weight";
+pub const FFN_GATE_EXPS: &str = "ffn_gate_exps.weight";
+pub const FFN_UP_EXPS: &str = "ffn_up_exps.weight";
+pub const FFN_DOWN_EXPS: &str = "ffn_down_exps.weight";
+/// Phi-3/4's LongRoPE frequency divisors `[n_rot / 2]`, for contexts past and within the
+/// original training context.
+pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
+pub const ROPE_FACTORS_SHORT: &str = "rope_factors_short.weight";
 
 /// The streaming group (`memory::stages`: q/k/v, attention output, gate/up, down) that reads
 /// layer matrix `suffix`, in the order `weights::LayerWeights::group` gives them; `None` for
@@ -25,10 +36,16 @@ pub fn stage_group(suffix: &str) -> Option<usize> {
     match suffix {
         ATTN_Q | ATTN_K | ATTN_V | ATTN_QKV => Some(0),
         ATTN_OUTPUT => Some(1),
-        FFN_GATE | FFN_UP => Some(2),
-        FFN_DOWN => Some(3),
+        FFN_GATE | FFN_UP | FFN_GATE_INP | FFN_GATE_EXPS | FFN_UP_EXPS => Some(2),
+        FFN_DOWN | FFN_DOWN_EXPS => Some(3),
         _ => None,
     }
+}
+
+/// Whether layer tensor `suffix` stacks every expert's matrices (`ffn_*_exps`): a token reads
+/// only its chosen experts' blocks of it.
+pub fn is_experts(suffix: &str) -> bool {
+    matches!(suffix, FFN_GATE_EXPS | FFN_UP_EXPS | FFN_DOWN_EXPS)
 }
 
 /// Name of layer `il`'s tensor `suffix` (`attn_q.weight` → `blk.3.attn_q.weight`).
@@ -63,6 +80,9 @@ mod tests {
     fn every_layer_matrix_has_a_stage_group_and_norms_have_none() {
         assert_eq!(stage_group(ATTN_QKV), Some(0));
         assert_eq!(stage_group(FFN_DOWN), Some(memory::stages::GROUPS - 1));
+        assert_eq!(stage_group(FFN_DOWN_EXPS), stage_group(FFN_DOWN));
+        assert_eq!(stage_group(FFN_GATE_INP), stage_group(FFN_UP_EXPS));
+        assert!(is_experts(FFN_DOWN_EXPS) && !is_experts(FFN_GATE_INP) && !is_experts(FFN_DOWN));
         assert_eq!(stage_group("attn_norm.weight"), None);
     }
 }

@@ -20,16 +20,29 @@ pub fn rms_norm_into(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     rms_norm(out, w, eps);
 }
 
+/// `x = softmax(x)` in place (max subtracted first; sums in f32 like ggml's `soft_max`).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    x.iter_mut().for_each(|v| *v /= sum);
+}
+
 /// Per-position rotation table for one head: `cos`/`sin` of each rotated pair.
 pub struct RopeTable {
     /// [n_rot / 2]
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
+    /// Multiplier on every cos and sin (ggml's `attn_factor`; 1 but for LongRoPE models).
+    pub mscale: f32,
 }
 
 impl RopeTable {
-    pub fn new(n_rot: usize) -> RopeTable {
-        RopeTable { cos: vec![0.0; n_rot / 2], sin: vec![0.0; n_rot / 2] }
+    pub fn new(n_rot: usize, mscale: f32) -> RopeTable {
+        RopeTable { cos: vec![0.0; n_rot / 2], sin: vec![0.0; n_rot / 2], mscale }
     }
 
     /// Fills the table for position `pos`. Angles follow ggml's rope cache exactly:
@@ -42,8 +55,8 @@ impl RopeTable {
         for i in 0..self.cos.len() {
             let ff = freq_factors.map_or(1.0, |f| f[i]);
             let t = freq_scale * (theta / ff);
-            self.cos[i] = t.cos();
-            self.sin[i] = t.sin();
+            self.cos[i] = t.cos() * self.mscale;
+            self.sin[i] = t.sin() * self.mscale;
             theta *= theta_scale;
         }
     }
@@ -300,7 +313,7 @@ mod tests {
 
     #[test]
     fn rope_at_position_zero_is_identity_and_preserves_norm_elsewhere() {
-        let mut t = RopeTable::new(8);
+        let mut t = RopeTable::new(8, 1.0);
         let orig: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
         for style in [RopeStyle::Norm, RopeStyle::Neox] {
             t.fill(0, 10000.0, 1.0, None);

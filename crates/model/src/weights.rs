@@ -64,12 +64,15 @@ pub struct LayerWeights {
     pub wo: Mat,
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
-    /// [n_ff] × n_embd
+    /// [n_ff] × n_embd; for a mixture of experts, all experts stacked: [n_expert × n_ff_exp] ×
+    /// n_embd, expert `e` the rows `e·n_ff_exp..` ([`LayerWeights::expert`]).
     pub gate: Mat,
     pub up: Mat,
-    /// [n_embd] × n_ff
+    /// [n_embd] × n_ff; experts stacked: [n_expert × n_embd] × n_ff_exp.
     pub down: Mat,
     pub post_ffn_norm: Option<Vec<f32>>,
+    /// [n_expert] × n_embd: the mixture-of-experts router (`ffn_gate_inp`); `None` for a dense FFN.
+    pub router: Option<Mat>,
 }
 
 pub struct Weights {
@@ -81,6 +84,9 @@ pub struct Weights {
     pub output_bias: Option<Vec<f32>>,
     /// Per-dimension RoPE divisors [n_rot / 2] (Llama 3 scaling), if the file has them.
     pub rope_freqs: Option<Vec<f32>>,
+    /// LongRoPE divisors [n_rot / 2] past / within the original context (Phi-3/4), if present.
+    pub rope_factors_long: Option<Vec<f32>>,
+    pub rope_factors_short: Option<Vec<f32>>,
     pub layers: Vec<LayerWeights>,
     /// Blocks of rows each matrix group is cut into for streaming (`memory::stages`), the same
     /// for every layer.
@@ -94,9 +100,22 @@ impl LayerWeights {
         match g {
             0 => ([self.wq, self.wk, self.wv], 3),
             1 => ([self.wo; 3], 1),
-            2 => ([self.gate, self.up, self.up], 2),
+            2 => match self.router {
+                Some(r) => ([r, self.gate, self.up], 3),
+                None => ([self.gate, self.up, self.up], 2),
+            },
             _ => ([self.down; 3], 1),
         }
+    }
+
+    /// Expert `e`'s gate, up and down matrices (views into the stacked tensors): one
+    /// contiguous block of the file each.
+    pub fn expert(&self, e: usize, n_expert: usize) -> [Mat; 3] {
+        let slice = |m: &Mat| {
+            let per = m.rows / n_expert;
+            m.rows_slice(e * per, (e + 1) * per)
+        };
+        [slice(&self.gate), slice(&self.up), slice(&self.down)]
     }
 }
 
@@ -110,12 +129,23 @@ impl Loader<'_> {
     }
 
     fn mat(&self, name: &str, rows: usize, cols: usize) -> Result<Mat, ModelError> {
+        self.mat_dims(name, &[cols as u64, rows as u64])
+    }
+
+    /// A stack of `n` matrices of `rows` × `cols` (GGUF `[cols, rows, n]`), as one matrix of
+    /// `n · rows` rows.
+    fn mat3(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Mat, ModelError> {
+        self.mat_dims(name, &[cols as u64, rows as u64, n as u64])
+    }
+
+    /// Tensor `name`, which must have GGUF dimensions `dims` (`[cols, rows, ...]`), as a matrix of
+    /// `dims[0]` columns.
+    fn mat_dims(&self, name: &str, dims: &[u64]) -> Result<Mat, ModelError> {
         let t = self.info(name)?;
-        let (r, c) = t.rows_cols();
-        if t.dims.len() != 2 || r != rows || c != cols {
+        if t.dims.as_slice() != dims {
             return Err(ModelError::BadShape {
                 name: name.to_string(),
-                expected: format!("[{cols}, {rows}]"),
+                expected: format!("{dims:?}"),
                 found: format!("{:?}", t.dims),
             });
         }
@@ -129,8 +159,8 @@ impl Loader<'_> {
             ty: t.ggml_type,
             offset: (self.f.data_offset + t.offset) as usize,
             len: t.size as usize,
-            rows,
-            cols,
+            rows: dims[1..].iter().product::<u64>() as usize,
+            cols: dims[0] as usize,
         })
     }
 
@@ -177,6 +207,8 @@ impl Weights {
             tok_embd
         };
         let rope_freqs = l.opt_vec("rope_freqs.weight", c.n_rot / 2)?;
+        let rope_factors_long = l.opt_vec(names::ROPE_FACTORS_LONG, c.n_rot / 2)?;
+        let rope_factors_short = l.opt_vec(names::ROPE_FACTORS_SHORT, c.n_rot / 2)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
             let n = |s: &str| names::layer_tensor(il, s);
@@ -194,11 +226,21 @@ impl Weights {
                     l.mat(&n(names::ATTN_V), kv, d)?,
                 )
             };
-            let (gate, up) = if c.spec.fused_gate_up {
+            let (gate, up, down, router) = if let Some(m) = c.moe {
+                let (ne, fe) = (m.n_expert, m.n_ff_exp);
+                (
+                    l.mat3(&n(names::FFN_GATE_EXPS), ne, fe, d)?,
+                    l.mat3(&n(names::FFN_UP_EXPS), ne, fe, d)?,
+                    l.mat3(&n(names::FFN_DOWN_EXPS), ne, d, fe)?,
+                    Some(l.mat(&n(names::FFN_GATE_INP), ne, d)?),
+                )
+            } else if c.spec.fused_gate_up {
                 let gu = l.mat(&n(names::FFN_UP), 2 * ff, d)?;
-                (gu.rows_slice(0, ff), gu.rows_slice(ff, 2 * ff))
+                let down = l.mat(&n(names::FFN_DOWN), d, ff)?;
+                (gu.rows_slice(0, ff), gu.rows_slice(ff, 2 * ff), down, None)
             } else {
-                (l.mat(&n(names::FFN_GATE), ff, d)?, l.mat(&n(names::FFN_UP), ff, d)?)
+                let (g, u) = (l.mat(&n(names::FFN_GATE), ff, d)?, l.mat(&n(names::FFN_UP), ff, d)?);
+                (g, u, l.mat(&n(names::FFN_DOWN), d, ff)?, None)
             };
             if f.tensor(&n("attn_qkv.bias")).is_some() || f.tensor(&n("ffn_up.bias")).is_some() {
                 return Err(ModelError::Unsupported(format!(
@@ -220,8 +262,9 @@ impl Weights {
                 ffn_norm: l.vec(&n("ffn_norm.weight"), d)?,
                 gate,
                 up,
-                down: l.mat(&n(names::FFN_DOWN), d, ff)?,
+                down,
                 post_ffn_norm: l.req_if(c.spec.post_norms, &n("post_ffw_norm.weight"), d)?,
+                router,
             });
         }
         let max_group: [u64; GROUPS] = std::array::from_fn(|g| {
@@ -241,6 +284,8 @@ impl Weights {
             output,
             output_bias: l.opt_vec("output.bias", c.n_vocab)?,
             rope_freqs,
+            rope_factors_long,
+            rope_factors_short,
             layers,
         })
     }

@@ -89,6 +89,9 @@ pub struct ModelFacts {
     pub header_bytes: u64,
     /// `[n_layer]` bytes of each `blk.N.*` tensor group.
     pub layer_bytes: Vec<u64>,
+    /// Bytes of the layers' stacked expert tensors (`ffn_*_exps`, part of `layer_bytes`); 0 for a
+    /// dense model.
+    pub expert_bytes: u64,
     /// Bytes of the biggest stage ([`stages`]: a block of rows of one group of a layer's
     /// matrices, what streaming holds whole while it computes).
     pub biggest_stage: u64,
@@ -117,12 +120,16 @@ impl ModelFacts {
         let mut max_row = 0u64;
         let (mut embd_bytes, mut embd_rows, mut other) = (0u64, 1u64, 0u64);
         let mut output_tied = true;
+        let mut expert_bytes = 0u64;
         for t in &f.tensors {
             if let Some((il, suffix)) = names::split_layer(&t.name) {
                 if il >= c.n_layer {
                     continue;
                 }
                 layer_bytes[il] += t.size;
+                if names::is_experts(suffix) {
+                    expert_bytes += t.size;
+                }
                 if let Some(g) = names::stage_group(suffix) {
                     groups[il][g] += t.size;
                     max_row = max_row.max(t.size / t.dims.get(1).copied().unwrap_or(1).max(1));
@@ -145,6 +152,7 @@ impl ModelFacts {
             file_bytes: f.file_len(),
             header_bytes: f.data_offset,
             layer_bytes,
+            expert_bytes,
             biggest_stage: stages::biggest_stage(max_group, max_row),
             embd_bytes,
             embd_row_bytes: embd_bytes / embd_rows,
@@ -156,6 +164,19 @@ impl ModelFacts {
             n_merges: merges.len() as u64,
             merge_text_bytes: merges.iter().map(|s| s.len() as u64).sum(),
         }
+    }
+
+    /// Weight bytes one decoded token reads: every tensor but the experts, of those the share a
+    /// token uses (`n_expert_used / n_expert`), and of the token embedding one row (all of it
+    /// when it is also the output). Decode is bandwidth-bound, so this is what a token costs.
+    pub fn bytes_read_per_token(&self, c: &ModelConfig) -> u64 {
+        let dense = self.file_bytes.saturating_sub(self.header_bytes + self.expert_bytes);
+        let experts = c.moe.map_or(0, |m| {
+            (self.expert_bytes as u128 * m.n_expert_used as u128 / m.n_expert.max(1) as u128) as u64
+        });
+        let embd_unread =
+            if self.output_tied { 0 } else { self.embd_bytes.saturating_sub(self.embd_row_bytes) };
+        dense.saturating_sub(embd_unread) + experts
     }
 
     fn layers_total(&self) -> u64 {
@@ -639,7 +660,12 @@ pub(crate) mod tests {
     /// Qwen2.5-7B Q4_K_M as the planner sees it (shared with the pressure tests).
     pub(crate) fn qwen7b() -> (ModelConfig, ModelFacts) {
         let arch = model::Arch::Qwen2;
-        let layer = model::config::LayerAttn { window: None, rope_base: 1e6, rope_freq_scale: 1.0 };
+        let layer = model::config::LayerAttn {
+            window: None,
+            rope_base: 1e6,
+            rope_freq_scale: 1.0,
+            rope: true,
+        };
         let c = ModelConfig {
             arch,
             spec: arch.spec(),
@@ -659,12 +685,16 @@ pub(crate) mod tests {
             attn_softcap: None,
             final_softcap: None,
             embd_scale: 1.0,
+            rope_attn_factor: 1.0,
+            n_ctx_orig: 32768,
             layers: vec![layer; 28],
+            moe: None,
         };
         let m = ModelFacts {
             file_bytes: 4_682_436_000,
             header_bytes: 6 << 20,
             layer_bytes: vec![140_000_000; 28],
+            expert_bytes: 0,
             biggest_stage: 15_400_000,
             embd_bytes: 306_000_000,
             embd_row_bytes: 2016,
@@ -677,6 +707,23 @@ pub(crate) mod tests {
             adapter_bytes: 0,
         };
         (c, m)
+    }
+
+    #[test]
+    fn a_token_of_a_mixture_of_experts_reads_its_share_of_the_experts() {
+        let (mut c, mut m) = qwen7b();
+        let dense = m.bytes_read_per_token(&c);
+        assert_eq!(dense, m.file_bytes - m.header_bytes - (m.embd_bytes - m.embd_row_bytes));
+        m.expert_bytes = 1 << 30;
+        c.moe = Some(model::config::MoeConfig {
+            n_expert: 128,
+            n_expert_used: 8,
+            n_ff_exp: 768,
+            gating: model::arch::Gating::Softmax,
+            norm_weights: true,
+            weights_scale: 1.0,
+        });
+        assert_eq!(m.bytes_read_per_token(&c), dense - (1 << 30) + (1 << 26));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Random-weight models with real shapes (`snug synth`): how snug is benchmarked at 7–9B, where
 //! no real model is at hand. Speed and memory of a forward pass do not depend on weight values.
 //!
-//! Architectures: llama (Llama 3.x, Mistral), qwen2, gemma2, gemma3 and phi3, each written
+//! Architectures: llama (Llama 3.x, Mistral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3
+//! (Phi-3, Phi-4-mini with LongRoPE) and smollm3, each written
 //! with the keys and tensors llama.cpp's converter writes for it. A shape with a real
 //! vocabulary size cuts or pads the tokenizer's to it (an SPM vocabulary such as gemma's stands in
 //! for Mistral's and Phi-3's), so embedding and output cost what they do in the real file.
@@ -66,6 +67,10 @@ pub struct SynthOptions {
     /// Rows per (type, row length) pool in tiling mode.
     pub pool_rows: usize,
     pub quiet: bool,
+    /// Standard deviation of the output projection's values (0.02 like every matrix unless
+    /// asked): larger values peak the next-token distribution, which near-uniform random logits
+    /// lack, so top-1 agreement with another engine means something.
+    pub output_std: f32,
 }
 
 impl SynthOptions {
@@ -78,6 +83,16 @@ impl SynthOptions {
             exact: false,
             pool_rows: 64,
             quiet: true,
+            output_std: 0.02,
+        }
+    }
+
+    /// Standard deviation of a matrix of `kind`'s values.
+    pub(crate) fn std_of(&self, kind: Kind) -> f32 {
+        if kind == Kind::Output {
+            self.output_std
+        } else {
+            0.02
         }
     }
 }
@@ -162,7 +177,7 @@ fn metadata(
     kv(&key("attention.head_count"), Value::U32(s.n_head as u32));
     kv(&key("attention.head_count_kv"), Value::U32(s.n_head_kv as u32));
     kv(&key("rope.freq_base"), Value::F32(s.rope_freq_base));
-    kv(&key("rope.dimension_count"), Value::U32(s.head_dim() as u32));
+    kv(&key("rope.dimension_count"), Value::U32(s.n_rot() as u32));
     kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps));
     if let Some(n) = s.key_length {
         kv(&key("attention.key_length"), Value::U32(n as u32));
@@ -179,7 +194,16 @@ fn metadata(
         kv(&key("rope.scaling.type"), Value::String("linear".into()));
         kv(&key("rope.scaling.factor"), Value::F32(factor));
     }
-    if s.arch == Arch::Llama {
+    if let (Some(orig), Some(factor)) = (s.longrope_orig_ctx, s.longrope_attn_factor()) {
+        kv(&key("rope.scaling.original_context_length"), Value::U32(orig as u32));
+        kv(&key("rope.scaling.attn_factor"), Value::F32(factor));
+    }
+    if let Some((n_expert, n_used, n_ff_exp)) = s.moe {
+        kv(&key("expert_count"), Value::U32(n_expert as u32));
+        kv(&key("expert_used_count"), Value::U32(n_used as u32));
+        kv(&key("expert_feed_forward_length"), Value::U32(n_ff_exp as u32));
+    }
+    if matches!(s.arch, Arch::Llama | Arch::SmolLM3) {
         kv(&key("vocab_size"), Value::U32(n_vocab as u32));
     }
     kv("snug.synth.shape", Value::String(s.name.into()));

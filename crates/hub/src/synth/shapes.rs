@@ -11,8 +11,15 @@ pub enum Arch {
     Gemma2,
     /// Gemma 2's layout plus per-head q/k norms (`attn_q_norm`, `attn_k_norm`).
     Gemma3,
-    /// Fused `attn_qkv` (rows Q | K | V) and `ffn_up` (rows gate | up).
+    /// Fused `attn_qkv` (rows Q | K | V) and `ffn_up` (rows gate | up); Phi-4-mini adds
+    /// partial rotary and LongRoPE factors.
     Phi3,
+    /// Qwen2 without biases, with per-head q/k norms.
+    Qwen3,
+    /// Qwen3 with a mixture-of-experts FFN (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`).
+    Qwen3Moe,
+    /// Llama with every fourth layer without RoPE (fixed by the architecture, no key).
+    SmolLM3,
 }
 
 impl Arch {
@@ -23,7 +30,15 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
+            Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::SmolLM3 => "smollm3",
         }
+    }
+
+    /// Per-head RMSNorm on q and k (`attn_q_norm`, `attn_k_norm`).
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe)
     }
 
     pub fn post_norms(self) -> bool {
@@ -62,11 +77,31 @@ pub struct Shape {
     pub sliding_window: Option<usize>,
     /// `(attn_logit_softcapping, final_logit_softcapping)` (gemma2).
     pub softcaps: Option<(f32, f32)>,
+    /// Dimensions of a head RoPE rotates when not all (Phi-4-mini: 96 of 128).
+    pub n_rot: Option<usize>,
+    /// LongRoPE (Phi-3.5/4): the original training context, written with
+    /// `rope_factors_long`/`rope_factors_short` and the attention factor the converter derives.
+    pub longrope_orig_ctx: Option<usize>,
+    /// Mixture of experts: `(expert_count, expert_used_count, expert_feed_forward_length)`.
+    pub moe: Option<(usize, usize, usize)>,
 }
 
 impl Shape {
     pub fn head_dim(&self) -> usize {
         self.key_length.unwrap_or(self.n_embd / self.n_head)
+    }
+
+    /// `rope.dimension_count`.
+    pub fn n_rot(&self) -> usize {
+        self.n_rot.unwrap_or(self.head_dim())
+    }
+
+    /// LongRoPE's attention factor, as llama.cpp's converter computes it:
+    /// `sqrt(1 + ln(n_ctx_train / orig) / ln(orig))`.
+    pub fn longrope_attn_factor(&self) -> Option<f32> {
+        let orig = self.longrope_orig_ctx? as f64;
+        let scale = self.n_ctx_train as f64 / orig;
+        Some(if scale > 1.0 { (1.0 + scale.ln() / orig.ln()).sqrt() as f32 } else { 1.0 })
     }
 }
 
@@ -84,6 +119,7 @@ const fn family(
     n_ctx_train: usize,
 ) -> Shape {
     let qwen = matches!(arch, Arch::Qwen2);
+    let qwen3 = matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe);
     let llama = matches!(arch, Arch::Llama);
     let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
     Shape {
@@ -100,11 +136,12 @@ const fn family(
         tied_embd: gemma,
         n_ctx_train,
         rope_freq_base: match arch {
-            Arch::Qwen2 | Arch::Gemma3 => 1_000_000.0,
+            Arch::Qwen2 | Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => 1_000_000.0,
+            Arch::SmolLM3 => 5_000_000.0,
             Arch::Llama => 500_000.0,
             _ => 10_000.0,
         },
-        rms_eps: if qwen || gemma { 1e-6 } else { 1e-5 },
+        rms_eps: if qwen || qwen3 || gemma || matches!(arch, Arch::SmolLM3) { 1e-6 } else { 1e-5 },
         llama3_rope: if llama { Some((8.0, 1.0, 4.0, 8192)) } else { None },
         rope_linear: None,
         sliding_window: match arch {
@@ -113,12 +150,15 @@ const fn family(
             _ => None,
         },
         softcaps: if matches!(arch, Arch::Gemma2) { Some((50.0, 30.0)) } else { None },
+        n_rot: None,
+        longrope_orig_ctx: None,
+        moe: None,
     }
 }
 
 /// Known shapes (HF `config.json` of the named checkpoint). The `tiny-*` ones are for fast tests
 /// (row lengths are whole K-quant blocks).
-pub const SHAPES: [Shape; 16] = [
+pub const SHAPES: [Shape; 25] = [
     family(Arch::Qwen2, "qwen2.5-7b", 28, 3584, 18944, 28, 4, 32768),
     family(Arch::Llama, "llama-3.1-8b", 32, 4096, 14336, 32, 8, 131072),
     family(Arch::Qwen2, "qwen2.5-1.5b", 28, 1536, 8960, 12, 2, 32768),
@@ -159,6 +199,42 @@ pub const SHAPES: [Shape; 16] = [
         llama3_rope: None,
         ..family(Arch::Llama, "mistral-7b", 32, 4096, 14336, 32, 8, 32768)
     },
+    // Qwen/Qwen3-0.6B: head_dim 128 (not 1024 / 16), tied embedding, vocabulary 151,936.
+    Shape {
+        key_length: Some(128),
+        n_vocab: Some(151936),
+        tied_embd: true,
+        ..family(Arch::Qwen3, "qwen3-0.6b", 28, 1024, 3072, 16, 8, 40960)
+    },
+    // Qwen/Qwen3-8B.
+    Shape {
+        key_length: Some(128),
+        n_vocab: Some(151936),
+        ..family(Arch::Qwen3, "qwen3-8b", 36, 4096, 12288, 32, 8, 40960)
+    },
+    // Qwen/Qwen3-30B-A3B: 128 experts of width 768, 8 used per token; head_dim 128.
+    Shape {
+        key_length: Some(128),
+        n_vocab: Some(151936),
+        moe: Some((128, 8, 768)),
+        ..family(Arch::Qwen3Moe, "qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 40960)
+    },
+    // microsoft/Phi-4-mini-instruct: partial rotary 0.75 (96 of 128), LongRoPE from 4,096 to
+    // 131,072, tied embedding, vocabulary 200,064; sliding_window 262,144 (llama.cpp ignores it).
+    Shape {
+        n_vocab: Some(200064),
+        tied_embd: true,
+        n_rot: Some(96),
+        longrope_orig_ctx: Some(4096),
+        sliding_window: Some(262144),
+        ..family(Arch::Phi3, "phi-4-mini", 32, 3072, 8192, 24, 8, 131072)
+    },
+    // HuggingFaceTB/SmolLM3-3B: NoPE every fourth layer, rope 5e6, tied, vocabulary 128,256.
+    Shape {
+        n_vocab: Some(128256),
+        tied_embd: true,
+        ..family(Arch::SmolLM3, "smollm3-3b", 36, 2048, 11008, 16, 4, 65536)
+    },
     family(Arch::Qwen2, "tiny-qwen2", 2, 256, 512, 4, 2, 2048),
     family(Arch::Llama, "tiny-llama", 2, 256, 512, 4, 2, 2048),
     Shape {
@@ -172,6 +248,21 @@ pub const SHAPES: [Shape; 16] = [
     },
     Shape { sliding_window: Some(64), ..family(Arch::Phi3, "tiny-phi3", 2, 256, 512, 4, 4, 2048) },
     Shape { n_vocab: Some(300), ..family(Arch::Llama, "tiny-mistral", 2, 256, 512, 4, 2, 2048) },
+    // Tiny twins of the new families, for the llama.cpp agreement tests (untied, so the output
+    // alone can be scaled to peak the logits: `--output-std`).
+    Shape { key_length: Some(64), ..family(Arch::Qwen3, "tiny-qwen3", 2, 256, 512, 4, 2, 2048) },
+    Shape {
+        key_length: Some(64),
+        moe: Some((8, 4, 128)),
+        ..family(Arch::Qwen3Moe, "tiny-qwen3moe", 2, 256, 1024, 4, 2, 2048)
+    },
+    // LongRoPE from 256: a context of 512 or more takes the long factors.
+    Shape {
+        n_rot: Some(48),
+        longrope_orig_ctx: Some(256),
+        ..family(Arch::Phi3, "tiny-phi4", 2, 256, 512, 4, 2, 2048)
+    },
+    family(Arch::SmolLM3, "tiny-smollm3", 4, 256, 512, 4, 2, 2048),
 ];
 
 pub fn shape(name: &str) -> Option<&'static Shape> {

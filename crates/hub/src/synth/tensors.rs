@@ -19,6 +19,15 @@ pub enum Kind {
     FfnGate,
     FfnUp,
     FfnDown,
+    /// The mixture-of-experts router: stays f32 (llama-quantize never quantizes it).
+    FfnGateInp,
+    /// 3-D stacks of every expert's gate, up and down matrices.
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+    /// 1-D f32 LongRoPE divisors (computed, not random).
+    RopeFactorsLong,
+    RopeFactorsShort,
     /// 1-D: stays f32. Norm weights are 1 + N(0, 0.02).
     Norm,
     /// 1-D: stays f32, N(0, 0.02).
@@ -44,11 +53,16 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
     let mut counters = [0usize; 2]; // attn_v, ffn_down
     let mut push = |name: String, kind: Kind, dims: Vec<u64>| {
         let ggml_type = match kind {
-            Kind::Norm | Kind::Bias | Kind::RopeFreqs => GgmlType::F32,
+            Kind::Norm
+            | Kind::Bias
+            | Kind::RopeFreqs
+            | Kind::RopeFactorsLong
+            | Kind::RopeFactorsShort
+            | Kind::FfnGateInp => GgmlType::F32,
             _ => {
                 let counter = match kind {
                     Kind::AttnV => Some(0),
-                    Kind::FfnDown => Some(1),
+                    Kind::FfnDown | Kind::FfnDownExps => Some(1),
                     _ => None,
                 };
                 let i = counter.map_or(0, |c| {
@@ -68,6 +82,11 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
     if shape.llama3_rope.is_some() {
         push("rope_freqs.weight".into(), Kind::RopeFreqs, vec![hd as u64 / 2]);
     }
+    if shape.longrope_orig_ctx.is_some() {
+        let half = shape.n_rot() as u64 / 2;
+        push("rope_factors_long.weight".into(), Kind::RopeFactorsLong, vec![half]);
+        push("rope_factors_short.weight".into(), Kind::RopeFactorsShort, vec![half]);
+    }
     let (ff, fused) = (shape.n_ff as u64, shape.arch == Arch::Phi3);
     for l in 0..shape.n_layer {
         let b = |t: &str| format!("blk.{l}.{t}");
@@ -86,7 +105,7 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
                 }
             }
         }
-        if shape.arch == Arch::Gemma3 {
+        if shape.arch.qk_norm() {
             push(b("attn_q_norm.weight"), Kind::Norm, vec![hd as u64]);
             push(b("attn_k_norm.weight"), Kind::Norm, vec![hd as u64]);
         }
@@ -95,13 +114,21 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
             push(b("post_attention_norm.weight"), Kind::Norm, vec![e]);
         }
         push(b("ffn_norm.weight"), Kind::Norm, vec![e]);
-        if fused {
+        if let Some((n_exp, _, fe)) = shape.moe {
+            let (n, fe) = (n_exp as u64, fe as u64);
+            push(b("ffn_gate_inp.weight"), Kind::FfnGateInp, vec![e, n]);
+            push(b("ffn_gate_exps.weight"), Kind::FfnGateExps, vec![e, fe, n]);
+            push(b("ffn_down_exps.weight"), Kind::FfnDownExps, vec![fe, e, n]);
+            push(b("ffn_up_exps.weight"), Kind::FfnUpExps, vec![e, fe, n]);
+        } else if fused {
             push(b("ffn_up.weight"), Kind::FfnUp, vec![e, 2 * ff]);
         } else {
             push(b("ffn_gate.weight"), Kind::FfnGate, vec![e, ff]);
             push(b("ffn_up.weight"), Kind::FfnUp, vec![e, ff]);
         }
-        push(b("ffn_down.weight"), Kind::FfnDown, vec![ff, e]);
+        if shape.moe.is_none() {
+            push(b("ffn_down.weight"), Kind::FfnDown, vec![ff, e]);
+        }
         if shape.arch.post_norms() {
             push(b("post_ffw_norm.weight"), Kind::Norm, vec![e]);
         }
@@ -180,6 +207,14 @@ mod tests {
             ("llama-3.2-3b", 1.9e9, 2.1e9),
             ("phi-3-mini", 2.2e9, 2.45e9),
             ("mistral-7b", 4.25e9, 4.45e9),
+            // Qwen3-8B-Q4_K_M 5.03 GB; Qwen3-0.6B-Q4_K_M 0.48 GB (its Q8_0 token embedding
+            // aside, ~0.4); Phi-4-mini-instruct-Q4_K_M 2.49 GB; SmolLM3-3B-Q4_K_M 1.92 GB;
+            // Qwen3-30B-A3B-Q4_K_M 18.6 GB.
+            ("qwen3-8b", 4.8e9, 5.2e9),
+            ("qwen3-0.6b", 0.35e9, 0.5e9),
+            ("phi-4-mini", 2.3e9, 2.6e9),
+            ("smollm3-3b", 1.8e9, 2.0e9),
+            ("qwen3-30b-a3b", 17.0e9, 19.0e9),
         ] {
             let s = shape_of(name);
             let p = plan(s, s.n_vocab.unwrap(), Recipe::Q4KM);

@@ -7,9 +7,9 @@ use quant::QuantError;
 use super::rng::{mix, Rng};
 use super::{Kind, PlannedTensor, Shape, SynthError, SynthOptions};
 
-/// Quantized pools of random rows, one per (type, row length).
+/// Quantized pools of random rows, one per (type, row length, standard deviation).
 #[derive(Default)]
-pub(super) struct Pools(Vec<((GgmlType, usize), Vec<u8>)>);
+pub(super) struct Pools(Vec<((GgmlType, usize, u32), Vec<u8>)>);
 
 impl Pools {
     pub(super) fn get(
@@ -18,7 +18,8 @@ impl Pools {
         opts: &SynthOptions,
         row_bytes: usize,
     ) -> Result<&[u8], SynthError> {
-        let key = (t.ggml_type, t.dims[0] as usize);
+        let std = opts.std_of(t.kind);
+        let key = (t.ggml_type, t.dims[0] as usize, std.to_bits());
         if let Some(i) = self.0.iter().position(|(k, _)| *k == key) {
             return Ok(&self.0[i].1);
         }
@@ -26,7 +27,7 @@ impl Pools {
         let mut pool = vec![0u8; n * row_bytes];
         let spec = PlannedTensor { dims: vec![key.1 as u64, n as u64], ..t.clone() };
         let seed = mix(opts.seed ^ 0x9e37_79b9_7f4a_7c15, (key.0.id() as u64) << 32 | key.1 as u64);
-        quantize_all(&spec, &mut pool, row_bytes, seed, opts.threads)?;
+        quantize_all(&spec, &mut pool, row_bytes, seed, std, opts.threads)?;
         self.0.push((key, pool));
         Ok(self.0.last().map(|(_, p)| p.as_slice()).unwrap_or_default())
     }
@@ -52,13 +53,14 @@ pub(super) fn tile(buf: &mut [u8], row_bytes: usize, pool: &[u8], seed: u64, thr
     });
 }
 
-/// Generates and quantizes every row of `t` into `buf`; row `r`'s values depend only on
+/// Generates (N(0, `std`)) and quantizes every row of `t` into `buf`; row `r`'s values depend only on
 /// `(seed, r)`, so the result does not depend on the thread count.
 pub(super) fn quantize_all(
     t: &PlannedTensor,
     buf: &mut [u8],
     row_bytes: usize,
     seed: u64,
+    std: f32,
     threads: usize,
 ) -> Result<(), SynthError> {
     let cols = t.dims[0] as usize;
@@ -76,7 +78,7 @@ pub(super) fn quantize_all(
                     let mut row = vec![0f32; cols];
                     for (r, dst) in chunk.chunks_exact_mut(row_bytes).enumerate() {
                         let mut rng = Rng::new(mix(seed, (first + r) as u64));
-                        rng.fill_normal(&mut row, 0.0, 0.02);
+                        rng.fill_normal(&mut row, 0.0, std);
                         quant::quantize_row(t.ggml_type, &row, dst)?;
                     }
                     Ok(())
@@ -101,6 +103,9 @@ pub(super) fn one_d_values(kind: Kind, n: usize, seed: u64, shape: &Shape) -> Ve
     match kind {
         Kind::Norm => rng.fill_normal(&mut v, 1.0, 0.02),
         Kind::RopeFreqs => v = llama3_rope_factors(shape, n),
+        // Shaped like Phi's: short ≈ 1, long rising from 1 to ~40 across the frequencies.
+        Kind::RopeFactorsShort => v = (0..n).map(|i| 1.0 + 0.05 * i as f32 / n as f32).collect(),
+        Kind::RopeFactorsLong => v = (0..n).map(|i| 40f32.powf(i as f32 / n as f32)).collect(),
         _ => rng.fill_normal(&mut v, 0.0, 0.02),
     }
     v

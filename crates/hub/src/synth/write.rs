@@ -83,12 +83,18 @@ fn write_data(
         buf.resize(rows * row_bytes, 0);
         let seed = mix(opts.seed, idx as u64);
         match t.kind {
-            Kind::Norm | Kind::Bias | Kind::RopeFreqs => {
+            Kind::Norm
+            | Kind::Bias
+            | Kind::RopeFreqs
+            | Kind::RopeFactorsLong
+            | Kind::RopeFactorsShort => {
                 let vals = one_d_values(t.kind, cols, seed, &opts.shape);
                 quant::quantize_row(GgmlType::F32, &vals, &mut buf)
                     .map_err(|e| SynthError::Quant { tensor: t.name.clone(), source: e })?;
             }
-            _ if opts.exact => quantize_all(t, &mut buf, row_bytes, seed, opts.threads)?,
+            _ if opts.exact => {
+                quantize_all(t, &mut buf, row_bytes, seed, opts.std_of(t.kind), opts.threads)?
+            }
             _ => {
                 let pool = pools.get(t, opts, row_bytes)?;
                 tile(&mut buf, row_bytes, pool, seed, opts.threads);

@@ -8,6 +8,9 @@ mod gemma3;
 mod llama;
 mod phi3;
 mod qwen2;
+mod qwen3;
+mod qwen3moe;
+mod smollm3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -16,6 +19,9 @@ pub enum Arch {
     Gemma2,
     Gemma3,
     Phi3,
+    Qwen3,
+    Qwen3Moe,
+    SmolLM3,
 }
 
 /// How rotary embeddings pair up the dimensions of a head.
@@ -68,6 +74,23 @@ pub enum AttnScale {
     GemmaLarge { n_layer_27b: usize },
 }
 
+/// How a mixture-of-experts router turns its logits into expert probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, then top-k (Qwen3-MoE, Mixtral).
+    Softmax,
+    /// Independent sigmoids, then top-k (DeepSeek-V3 style).
+    Sigmoid,
+}
+
+/// An architecture's mixture-of-experts defaults (the file's keys override them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeSpec {
+    pub gating: Gating,
+    /// Renormalise the chosen experts' weights to sum to 1 (`expert_weights_norm`).
+    pub norm_weights: bool,
+}
+
 /// One architecture's row of differences.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchSpec {
@@ -90,9 +113,32 @@ pub struct ArchSpec {
     /// RoPE base for sliding-window layers when the file does not say (`rope.freq_base_swa`).
     pub rope_base_swa_default: Option<f32>,
     pub attn_scale_rule: AttnScale,
+    /// Every `n`-th layer (`il % n == n - 1`) skips RoPE (SmolLM3's NoPE layers).
+    pub no_rope_every: Option<usize>,
+    /// The FFN is a mixture of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`).
+    pub moe: Option<MoeSpec>,
+}
+
+impl ArchSpec {
+    /// Whether layer `il` rotates q and k (all but SmolLM3's NoPE layers do).
+    pub fn uses_rope(&self, il: usize) -> bool {
+        self.no_rope_every.is_none_or(|n| il % n != n - 1)
+    }
 }
 
 impl Arch {
+    /// Every supported architecture.
+    pub const ALL: [Arch; 8] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Gemma2,
+        Arch::Gemma3,
+        Arch::Phi3,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::SmolLM3,
+    ];
+
     pub fn from_name(name: &str) -> Option<Arch> {
         Some(match name {
             "llama" => Arch::Llama,
@@ -100,6 +146,9 @@ impl Arch {
             "gemma2" => Arch::Gemma2,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
+            "qwen3" => Arch::Qwen3,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "smollm3" => Arch::SmolLM3,
             _ => return None,
         })
     }
@@ -111,6 +160,9 @@ impl Arch {
             Arch::Gemma2 => gemma2::SPEC,
             Arch::Gemma3 => gemma3::SPEC,
             Arch::Phi3 => phi3::SPEC,
+            Arch::Qwen3 => qwen3::SPEC,
+            Arch::Qwen3Moe => qwen3moe::SPEC,
+            Arch::SmolLM3 => smollm3::SPEC,
         }
     }
 
@@ -133,6 +185,8 @@ const BASE: ArchSpec = ArchSpec {
     swa_pattern: SwaPattern::None,
     rope_base_swa_default: None,
     attn_scale_rule: AttnScale::InvSqrtHeadDim,
+    no_rope_every: None,
+    moe: None,
 };
 
 #[cfg(test)]
@@ -153,9 +207,17 @@ mod tests {
     }
 
     #[test]
+    fn smollm3_skips_rope_on_every_fourth_layer() {
+        let s = Arch::SmolLM3.spec();
+        let nope: Vec<usize> = (0..12).filter(|&il| !s.uses_rope(il)).collect();
+        assert_eq!(nope, [3, 7, 11]);
+        assert!((0..12).all(|il| Arch::Qwen3.spec().uses_rope(il)));
+    }
+
+    #[test]
     fn unknown_architectures_are_rejected() {
         assert_eq!(Arch::from_name("mamba"), None);
-        for a in [Arch::Llama, Arch::Qwen2, Arch::Gemma2, Arch::Gemma3, Arch::Phi3] {
+        for a in Arch::ALL {
             assert_eq!(Arch::from_name(a.name()), Some(a));
         }
     }

@@ -1,0 +1,159 @@
+//! The mixture-of-experts FFN block: a router picks `n_expert_used` experts per token, and the
+//! chosen experts' SwiGLU outputs are summed with the router's weights.
+//!
+//! Design: tokens are grouped by expert across the micro-batch. For each expert some token
+//! chose, its tokens' rows are gathered into one matrix and the expert's gate, up and down are
+//! one matmul each over all of them, so an expert's weights (one contiguous block of the file
+//! per matrix) are read once per micro-batch however many tokens use it. Cost: a decode step
+//! reads `n_expert_used` experts; a prompt of `n` tokens reads at most `min(n · k, n_expert)`.
+//! The gather and scatter copy `k` rows of `n_embd` per token, which is small next to the
+//! matmuls. Scratch is sized once ([`MoeScratch`]); nothing is allocated per call.
+
+use crate::arch::{Activation, Gating};
+use crate::config::MoeConfig;
+use crate::ops;
+use crate::weights::LayerWeights;
+use crate::ModelError;
+
+/// Buffers of the MoE block for a micro-batch of `ub` tokens. Shapes are `[rows][width]`.
+pub struct MoeScratch {
+    /// [ub][n_expert] router logits, then probabilities
+    probs: Vec<f32>,
+    /// [ub][n_expert_used] chosen experts and their weights, per token
+    chosen: Vec<(u32, f32)>,
+    /// [ub][n_embd] rows of the tokens routed to the current expert
+    x_in: Vec<f32>,
+    /// [ub][n_ff_exp] the expert's gate (then its activation) and up
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// [ub][n_embd] the expert's output rows
+    y: Vec<f32>,
+    /// [ub] token index of each gathered row, and its weight
+    rows: Vec<(usize, f32)>,
+    /// [ub][n_embd] the weighted sum of the experts' outputs
+    acc: Vec<f32>,
+}
+
+impl MoeScratch {
+    /// Number of f32 values [`MoeScratch::new`] allocates (the planner's activation bytes).
+    pub fn floats(m: &MoeConfig, ub: usize, n_embd: usize) -> usize {
+        let ub = ub.max(1);
+        ub.saturating_mul(m.n_expert + 2 * m.n_expert_used + 3 * n_embd + 2 * m.n_ff_exp + 2)
+    }
+
+    pub fn new(m: &MoeConfig, ub: usize, n_embd: usize) -> MoeScratch {
+        let ub = ub.max(1);
+        MoeScratch {
+            probs: vec![0.0; ub * m.n_expert],
+            chosen: vec![(0, 0.0); ub * m.n_expert_used],
+            x_in: vec![0.0; ub * n_embd],
+            gate: vec![0.0; ub * m.n_ff_exp],
+            up: vec![0.0; ub * m.n_ff_exp],
+            y: vec![0.0; ub * n_embd],
+            rows: Vec::with_capacity(ub),
+            acc: vec![0.0; ub * n_embd],
+        }
+    }
+}
+
+/// The router's choice for one token: the `k` largest of `probs` (ties: the lower expert id),
+/// with weights renormalised to sum to 1 when `norm` says so, then scaled.
+pub fn route(probs: &[f32], k: usize, norm: bool, scale: f32, out: &mut [(u32, f32)]) {
+    let mut n = 0;
+    for (e, &p) in probs.iter().enumerate() {
+        if n < k || p > out[n - 1].1 {
+            let at = out[..n].partition_point(|&(_, v)| v >= p);
+            let end = (n + 1).min(k);
+            out.copy_within(at..end - 1, at + 1);
+            out[at] = (e as u32, p);
+            n = end;
+        }
+    }
+    let sum: f32 = out[..k].iter().map(|&(_, w)| w).sum();
+    // llama.cpp clamps the sum to the smallest normal f16 before dividing.
+    let div = if norm { sum.max(6.103_515_6e-5) } else { 1.0 };
+    out[..k].iter_mut().for_each(|(_, w)| *w = *w / div * scale);
+}
+
+/// `xn[t] = Σ_e w[t][e] · expert_e(xn[t])`, in place, for the `n` tokens of `xn`
+/// ([n][n_embd]), the experts and weights chosen by `lw`'s router. `mm(w, x, m, y)` is the matmul
+/// (`y[m][w.rows] = x[m][w.cols] · wᵀ`); `seen(e)` is told each expert used, in order.
+#[allow(clippy::too_many_arguments)] // the block's inputs, its buffers and two callbacks
+pub fn moe_ffn(
+    m: &MoeConfig,
+    lw: &LayerWeights,
+    xn: &mut [f32],
+    n: usize,
+    n_embd: usize,
+    s: &mut MoeScratch,
+    mut mm: impl FnMut(&crate::weights::Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
+    mut seen: impl FnMut(usize),
+) -> Result<(), ModelError> {
+    let (ne, k, fe, d) = (m.n_expert, m.n_expert_used, m.n_ff_exp, n_embd);
+    let router = lw.router.as_ref().ok_or_else(|| {
+        ModelError::Unsupported("a mixture-of-experts layer without a router".into())
+    })?;
+    mm(router, &xn[..n * d], n, &mut s.probs[..n * ne])?;
+    for t in 0..n {
+        let p = &mut s.probs[t * ne..(t + 1) * ne];
+        match m.gating {
+            Gating::Softmax => ops::softmax(p),
+            Gating::Sigmoid => p.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+        }
+        route(p, k, m.norm_weights, m.weights_scale, &mut s.chosen[t * k..(t + 1) * k]);
+    }
+    let out = &mut s.acc[..n * d];
+    out.fill(0.0);
+    for e in 0..ne {
+        s.rows.clear();
+        for t in 0..n {
+            if let Some(&(_, w)) = s.chosen[t * k..(t + 1) * k].iter().find(|c| c.0 as usize == e) {
+                s.rows.push((t, w));
+            }
+        }
+        let r = s.rows.len();
+        if r == 0 {
+            continue;
+        }
+        seen(e);
+        let x_in = &mut s.x_in[..r * d];
+        for (i, &(t, _)) in s.rows.iter().enumerate() {
+            x_in[i * d..(i + 1) * d].copy_from_slice(&xn[t * d..(t + 1) * d]);
+        }
+        let [gate, up, down] = lw.expert(e, ne);
+        mm(&gate, x_in, r, &mut s.gate[..r * fe])?;
+        mm(&up, x_in, r, &mut s.up[..r * fe])?;
+        ops::glu(&mut s.gate[..r * fe], &s.up[..r * fe], Activation::Silu);
+        mm(&down, &s.gate[..r * fe], r, &mut s.y[..r * d])?;
+        for (i, &(t, w)) in s.rows.iter().enumerate() {
+            let o = &mut out[t * d..(t + 1) * d];
+            o.iter_mut().zip(&s.y[i * d..(i + 1) * d]).for_each(|(o, y)| *o += w * y);
+        }
+    }
+    xn[..n * d].copy_from_slice(out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_router_keeps_the_k_largest_and_renormalises() {
+        let probs = [0.1, 0.4, 0.05, 0.3, 0.15];
+        let mut out = [(0u32, 0.0f32); 2];
+        route(&probs, 2, true, 1.0, &mut out);
+        assert_eq!(out.map(|c| c.0), [1, 3]);
+        assert!((out[0].1 - 0.4 / 0.7).abs() < 1e-6 && (out[1].1 - 0.3 / 0.7).abs() < 1e-6);
+        let mut three = [(0u32, 0.0f32); 3];
+        route(&probs, 3, false, 2.0, &mut three);
+        assert_eq!(three, [(1, 0.8), (3, 0.6), (4, 0.3)]);
+    }
+
+    #[test]
+    fn router_ties_go_to_the_lower_expert() {
+        let mut out = [(0u32, 0.0f32); 2];
+        route(&[0.25; 4], 2, true, 1.0, &mut out);
+        assert_eq!(out, [(0, 0.5), (1, 0.5)]);
+    }
+}
