@@ -391,24 +391,26 @@ pub(crate) struct PanelKernels {
     /// The CPU supports the path; `w` holds [`PANEL_ROWS`] full rows of `cols` values (a
     /// multiple of 256) at `w_row` bytes; `panel` is `bytes(cols)` long.
     pub unpack: unsafe fn(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]),
-    /// `run(cols, panel, x, x_row, m, out, out_stride)`: `out[t * out_stride + r]` = row `r` of
-    /// the panel · activation row `t < m` of `x`.
-    ///
-    /// # Safety
-    /// As `unpack`, for a panel it filled; `x` holds `m` partner rows at `x_row` bytes; `out` is
-    /// valid for [`PANEL_ROWS`] writes at every `t * out_stride`.
-    pub run: unsafe fn(
-        cols: usize,
-        panel: &[u8],
-        x: &[u8],
-        x_row: usize,
-        m: usize,
-        out: *mut f32,
-        out_stride: usize,
-    ),
+    pub run: PanelRunFn,
     /// Bytes of a panel for rows of `cols` values.
     pub bytes: fn(cols: usize) -> usize,
 }
+
+/// `run(cols, panel, x, x_row, m, out, out_stride)`: `out[t * out_stride + r]` = row `r` of the
+/// panel · activation row `t < m` of `x`.
+///
+/// # Safety
+/// As [`PanelKernels::unpack`], for a panel it filled; `x` holds `m` partner rows at `x_row`
+/// bytes; `out` is valid for [`PANEL_ROWS`] writes at every `t * out_stride`.
+pub(crate) type PanelRunFn = unsafe fn(
+    cols: usize,
+    panel: &[u8],
+    x: &[u8],
+    x_row: usize,
+    m: usize,
+    out: *mut f32,
+    out_stride: usize,
+);
 
 /// Weight rows in one panel ([`PanelKernels`]).
 pub(crate) const PANEL_ROWS: usize = 16;
