@@ -58,6 +58,9 @@ fi
 step "format"
 cargo fmt --all --check
 
+step "import circles"
+python3 scripts/check_imports.py
+
 step "build (ci profile, whole workspace)"
 cargo build --profile ci --workspace
 

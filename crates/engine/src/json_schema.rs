@@ -42,7 +42,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::json::{is_ws, Feed, JsonPrefix, MAX_WS_RUN};
+use crate::json_syntax::{is_ws, Feed, JsonPrefix, MAX_WS_RUN};
 
 /// Containers the schema describes that may be open at once (a free `{}` value nests inside
 /// [`JsonPrefix`]'s own stack instead).

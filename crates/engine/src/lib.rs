@@ -6,6 +6,7 @@
 pub mod generate;
 pub mod json;
 pub mod json_schema;
+pub mod json_syntax;
 pub mod perplexity;
 pub mod sampling;
 
