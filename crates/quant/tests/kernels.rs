@@ -3,8 +3,8 @@
 //! weights, and typed errors on bad shapes.
 
 use quant::kernels::{
-    matmul_with, quantize_activation_with, vec_dot_rows_with, vec_dot_type, vec_dot_with, Isa,
-    KernelError, MatRef, TILE,
+    matmul_panels_with, matmul_with, quantize_activation_with, vec_dot_rows_with, vec_dot_type,
+    vec_dot_with, Isa, KernelError, MatRef, TILE,
 };
 use quant::threads::ThreadPool;
 use quant::{dequantize_row, GgmlType};
@@ -519,7 +519,7 @@ fn matmul_matches_scalar_for_every_token_count_through_two_tiles() {
     }
 }
 
-/// Prefill batches (at least 32 tokens) take the panel kernels where the path has them: every
+/// Prefill batches (at least 32 tokens) with panels on take the panel kernels where the path has them: every
 /// type, with whole panels of 16 rows and a tail of rows that takes the row kernels, on blocks
 /// with edge-case values and scales and on edge-case activations, against the scalar path.
 #[test]
@@ -543,7 +543,7 @@ fn prefill_batches_match_scalar_on_edge_case_blocks() {
             let w_row = ty.row_bytes(cols).unwrap();
             for isa in simd_paths() {
                 let mut y = vec![f32::NAN; m * rows];
-                matmul_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
+                matmul_panels_with(isa, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
                 for (k, (a, b)) in y.iter().zip(&want).enumerate() {
                     let (t, r) = (k / rows, k % rows);
                     let wr = &w[r * w_row..(r + 1) * w_row];

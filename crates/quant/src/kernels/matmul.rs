@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use super::{
     act_row_bytes, check_isa, check_len, dot_kernels, f32_bytes, isa, panel_kernels, quantizer,
@@ -101,6 +102,45 @@ pub fn matmul_multi_with(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
+    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, panels_enabled())
+}
+
+/// [`matmul_with`] with prefill panels on (whatever `SNUG_PANELS` says) for batches of
+/// [`PANEL_MIN_TOKENS`] tokens or more where the path has them (tests and benchmarks).
+pub fn matmul_panels_with(
+    isa: Isa,
+    pool: &ThreadPool,
+    w: MatRef,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), KernelError> {
+    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, true)
+}
+
+/// Whether matmuls take the prefill panels (`SNUG_PANELS=1`; off by default). Their sums run in
+/// another order than the row kernels', so with them a token's logits depend on how many
+/// tokens shared its batch: a prompt whose prefix came from the prefix cache, or that was
+/// batched beside other requests, could answer differently from the same prompt computed cold
+/// and alone, which snug's prefix cache and batching promise it does not. They become the
+/// default once the scheduler keeps every token's kernel independent of its batch.
+pub fn panels_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_multi_on(
+    isa: Isa,
+    pool: &ThreadPool,
+    ws: &[MatRef],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+    scratch: &mut Vec<u8>,
+    panels: bool,
+) -> Result<(), KernelError> {
     check_isa(isa)?;
     if ws.is_empty() || ws.len() > MAX_MULTI {
         return Err(KernelError::Len {
@@ -135,7 +175,7 @@ pub fn matmul_multi_with(
             (16, 16)
         };
         let out = SharedMut(y.as_mut_ptr());
-        let panel = if m >= PANEL_MIN_TOKENS { panel_kernels(isa, ty) } else { None };
+        let panel = if panels && m >= PANEL_MIN_TOKENS { panel_kernels(isa, ty) } else { None };
         parts[i] = Some(Part {
             k,
             panel,

@@ -45,7 +45,10 @@ mod matmul;
 mod neon;
 mod scalar;
 
-pub use matmul::{matmul, matmul_multi, matmul_multi_with, matmul_with, MAX_MULTI};
+pub use matmul::{
+    matmul, matmul_multi, matmul_multi_with, matmul_panels_with, matmul_with, panels_enabled,
+    MAX_MULTI,
+};
 
 /// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
 pub const TILE: usize = 8;
@@ -416,7 +419,7 @@ pub(crate) type PanelRunFn = unsafe fn(
 pub(crate) const PANEL_ROWS: usize = 16;
 
 /// Fewest tokens for which a panel pays for its unpack (below, the row kernels run).
-pub(crate) const PANEL_MIN_TOKENS: usize = 32;
+pub const PANEL_MIN_TOKENS: usize = 32;
 
 /// Panel kernels for `ty` on `isa`, where the path has them.
 pub(crate) fn panel_kernels(isa: Isa, ty: GgmlType) -> Option<PanelKernels> {
