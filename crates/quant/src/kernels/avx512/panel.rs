@@ -32,7 +32,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquants::{iq4_lut, iq4_xs_quad, q6k_quads, Iq4XsZ, K4Z, Q4KZ, Q5KZ, Q6KZ};
+use super::kquants::{iq4_lut, iq4_xs_quad, q6k_quads, Block512, Iq4XsZ, K4Z, Q4KZ, Q5KZ, Q6KZ};
 use crate::kernels::scalar::{f16_at, scale_iq4_xs, scales_mins_k4};
 use crate::kernels::{PanelKernels, PANEL_ROWS};
 use crate::GgmlType;
@@ -52,10 +52,9 @@ pub(crate) const BLOCK_BYTES: usize = TERM + 64;
 /// Tokens run together by the microkernel.
 const NT: usize = 8;
 
-/// A weight format the panel takes: its block size, its scale group, and how one block of one
-/// row unpacks.
-pub(crate) trait PanelFormat {
-    const BYTES: usize;
+/// A weight format the panel takes (its block size is [`Block512::BYTES`]): its scale group,
+/// and how one block of one row unpacks.
+pub(crate) trait PanelFormat: Block512 {
     /// Values per scale (16 or 32).
     const GROUP: usize;
     /// The block's 256 values as unsigned bytes, in order, at `out`.
@@ -65,27 +64,13 @@ pub(crate) trait PanelFormat {
     fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32);
 }
 
-impl PanelFormat for Q4KZ {
-    const BYTES: usize = 144;
+/// Q4_K and Q5_K: the four 64-value quads of a [`K4Z`] block; scales by [`k4_scales`].
+impl<W: K4Z + Block512> PanelFormat for W {
     const GROUP: usize = 32;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
         for j in 0..4 {
-            _mm512_storeu_si512(out.add(64 * j).cast(), Q4KZ::quad(b, j));
-        }
-    }
-    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
-        k4_scales(b)
-    }
-}
-
-impl PanelFormat for Q5KZ {
-    const BYTES: usize = 176;
-    const GROUP: usize = 32;
-    #[inline(always)]
-    unsafe fn values(b: *const u8, out: *mut u8) {
-        for j in 0..4 {
-            _mm512_storeu_si512(out.add(64 * j).cast(), Q5KZ::quad(b, j));
+            _mm512_storeu_si512(out.add(64 * j).cast(), W::quad(b, j));
         }
     }
     fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
@@ -107,7 +92,6 @@ fn k4_scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
 /// Q6_K: unsigned values (stored + 32), `d · scale` per 16, the offset −32 · scale per block
 /// sum (taken away as `d · Σ 32·scale·bsum`).
 impl PanelFormat for Q6KZ {
-    const BYTES: usize = 210;
     const GROUP: usize = 16;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
@@ -126,7 +110,6 @@ impl PanelFormat for Q6KZ {
 
 /// IQ4_XS: codebook entries + 128 (unsigned), `d · scale` per 32, the offset 128 · scale.
 impl PanelFormat for Iq4XsZ {
-    const BYTES: usize = 136;
     const GROUP: usize = 32;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
@@ -169,7 +152,7 @@ pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize,
     for (i, pb) in panel.chunks_exact_mut(BLOCK_BYTES).take(cols / 256).enumerate() {
         let (mut ds, mut pairs, mut term) = ([[0f32; 16]; 16], [[[0i16; 2]; 16]; 8], [0f32; 16]);
         for r in 0..PANEL_ROWS {
-            let b = &w[r * w_row + i * F::BYTES..][..F::BYTES];
+            let b = &w[r * w_row + i * <F as Block512>::BYTES..][..<F as Block512>::BYTES];
             F::values(b.as_ptr(), rows.0[r].as_mut_ptr());
             let (s, p, t) = F::scales(b);
             for g in 0..256 / F::GROUP {
