@@ -5,15 +5,16 @@
 //! Batches longer than `n_ubatch` run in slices of that size; all scratch comes from buffers
 //! sized once in [`Context::new`], so a decode step allocates nothing.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use quant::kernels::{matmul, MatRef};
+use quant::kernels::MatRef;
 use quant::threads::ThreadPool;
 
 use crate::attention::{attention, scratch_floats};
 use crate::batch::Batch;
 use crate::config::{ModelConfig, MoeConfig};
-use crate::kv::{KvCache, SeqId};
+use crate::kv::{KvCache, SeqId, BLOCK_TOKENS};
 use crate::lora::{bgmv, AdapterSet, Lora, LoraError};
 use crate::moe::{self, MoeScratch};
 use crate::ops::{self, RopeTable};
@@ -47,6 +48,9 @@ struct Scratch {
     attn_tmp: Vec<f32>,
     /// the mixture-of-experts block's buffers (`None` for a dense model)
     moe: Option<MoeScratch>,
+    /// The batch's and the micro-batch's panel runs (`Batch::panel_runs`).
+    runs: Vec<Range<usize>>,
+    panels: Vec<Range<usize>>,
 }
 
 pub struct Context {
@@ -62,6 +66,8 @@ pub struct Context {
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
     /// [n_seq_max] each sequence's LoRA adapters and scales; empty for the bare model.
     adapters: Vec<AdapterSet>,
+    /// Some layer matrix runs on the prefill panels ([`Context::panel_blocks`]).
+    panel_blocks: bool,
 }
 
 /// Element counts of a context's buffers: the one formula [`Context::new`] allocates by and the
@@ -141,10 +147,18 @@ impl Context {
             rope: RopeTable::new(c.n_rot, c.rope_attn_factor),
             attn_tmp: vec![0.0; z.attn],
             moe: c.moe.map(|m| MoeScratch::new(&m, params.n_ubatch, c.n_embd)),
+            runs: Vec::new(),
+            panels: Vec::new(),
         };
         let kv = KvCache::new(c, &params);
         let logits = vec![0.0; z.logits];
+        let panel_blocks = model.weights.layers.iter().any(|lw| {
+            [lw.wq, lw.wk, lw.wv, lw.wo, lw.gate, lw.up, lw.down]
+                .iter()
+                .any(|m| quant::kernels::has_panels(m.ty))
+        });
         Context {
+            panel_blocks,
             pool: ThreadPool::new(nth),
             kv,
             s,
@@ -185,6 +199,14 @@ impl Context {
 
     pub fn config(&self) -> &ModelConfig {
         &self.model.config
+    }
+
+    /// Whether whole position blocks computed together (`Batch::panel_runs`) take other kernels
+    /// than the tokens of a partial block or of a decode step. If so, only the whole blocks of a
+    /// prompt are the same KV that a cold run of the same tokens computes, and only they may be
+    /// shared through the prefix cache.
+    pub fn panel_blocks(&self) -> bool {
+        self.panel_blocks
     }
 
     pub fn pool(&self) -> &ThreadPool {
@@ -231,12 +253,24 @@ impl Context {
         }
         self.n_logits = 0;
         let ub = self.params.n_ubatch.max(1);
+        let mut runs = std::mem::take(&mut self.s.runs);
+        runs.clear();
+        batch.panel_runs(0, batch.len(), &mut runs);
         let mut start = 0;
         while start < batch.len() {
-            let end = (start + ub).min(batch.len());
+            let mut end = (start + ub).min(batch.len());
+            // A micro-batch ends between blocks of a panel run, not inside one (which would put
+            // the block's tokens on the row kernels), unless the block is longer than it.
+            if let Some(r) = runs.iter().find(|r| r.start < end && end < r.end) {
+                let cut = r.start + (end - r.start) / BLOCK_TOKENS * BLOCK_TOKENS;
+                if cut > start {
+                    end = cut;
+                }
+            }
             self.run_ubatch(batch, start, end)?;
             start = end;
         }
+        self.s.runs = runs;
         Ok(())
     }
 
@@ -262,6 +296,9 @@ impl Context {
             }
         }
 
+        let mut panels = std::mem::take(&mut s.panels);
+        panels.clear();
+        batch.panel_runs(b0, b1, &mut panels);
         let observer = self.observer.get().cloned();
         let rope_factors = rope_factors(c, w, self.params.n_ctx);
         for (il, lw) in w.layers.iter().enumerate() {
@@ -273,6 +310,7 @@ impl Context {
                 il,
                 blocks: &w.stage_blocks,
                 lora: (&self.adapters, &batch.seq[b0..b1]),
+                panels: &panels,
             };
             let io = Rows { n, d };
             io.norm(&mut s.xn, &s.x, &lw.attn_norm, c.rms_eps);
@@ -305,7 +343,7 @@ impl Context {
         if n_out > 0 {
             let nv = c.n_vocab;
             let out = &mut self.logits[self.n_logits * nv..(self.n_logits + n_out) * nv];
-            mm(pool, file, &w.output, &s.xo[..n_out * d], n_out, out, &mut s.qbuf)?;
+            mm(pool, file, &w.output, &s.xo[..n_out * d], n_out, out, &mut s.qbuf, &[])?;
             for row in out.chunks_mut(nv) {
                 if let Some(b) = &w.output_bias {
                     ops::add_assign(row, b);
@@ -316,6 +354,7 @@ impl Context {
             }
             self.n_logits += n_out;
         }
+        s.panels = panels;
         Ok(())
     }
 }
@@ -471,7 +510,8 @@ fn moe_block(
         n,
         d,
         ms,
-        |w, x, rows, y| mm(gm.pool, gm.file, w, x, rows, y, qbuf),
+        // Experts take the row kernels: which tokens meet at an expert depends on the batch.
+        |w, x, rows, y| mm(gm.pool, gm.file, w, x, rows, y, qbuf, &[]),
         |_| {},
     )?;
     if let Some(o) = gm.obs {
@@ -492,6 +532,8 @@ struct GroupMm<'a> {
     /// Adapter sets by sequence, and the sequence of each token: each group's outputs gain
     /// their tokens' LoRA deltas after the base matmul (`lora::bgmv`).
     lora: (&'a [AdapterSet], &'a [SeqId]),
+    /// The tokens that take the prefill panels (`Batch::panel_runs`).
+    panels: &'a [Range<usize>],
 }
 
 impl GroupMm<'_> {
@@ -536,6 +578,7 @@ impl GroupMm<'_> {
                 m,
                 ys,
                 qbuf,
+                self.panels,
             );
         };
         if m == 1 && nb > 1 && o.streams(self.il) {
@@ -556,6 +599,7 @@ impl GroupMm<'_> {
                     1,
                     &mut parts[..n],
                     qbuf,
+                    &[],
                 )?;
                 o.after_stage(self.il, first + b);
             }
@@ -570,6 +614,7 @@ impl GroupMm<'_> {
             m,
             ys,
             qbuf,
+            self.panels,
         )?;
         for b in 0..nb {
             o.after_stage(self.il, first + b);
@@ -580,6 +625,7 @@ impl GroupMm<'_> {
 
 /// Several matrices applied to the same input: when they share an activation format, the input
 /// is quantized once and the pool is handed the work once (`matmul_multi`); otherwise one call each.
+#[allow(clippy::too_many_arguments)]
 fn mm_shared_input(
     pool: &ThreadPool,
     file: &[u8],
@@ -588,9 +634,10 @@ fn mm_shared_input(
     m: usize,
     ys: &mut [&mut [f32]],
     qbuf: &mut Vec<u8>,
+    panels: &[Range<usize>],
 ) -> Result<(), ModelError> {
     if let ([w], [y]) = (ws, &mut *ys) {
-        return mm(pool, file, w, x, m, y, qbuf);
+        return mm(pool, file, w, x, m, y, qbuf, panels);
     }
     let vdt = quant::kernels::vec_dot_type(ws[0].ty);
     if ws.iter().all(|w| quant::kernels::vec_dot_type(w.ty) == vdt) {
@@ -599,15 +646,24 @@ fn mm_shared_input(
         for (r, w) in refs.iter_mut().zip(ws) {
             *r = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
         }
-        return quant::kernels::matmul_multi(pool, &refs[..ws.len()], x, m, ys, qbuf)
-            .map_err(|e| ModelError::Kernel(e.to_string()));
+        return quant::kernels::matmul_multi_panels(
+            pool,
+            &refs[..ws.len()],
+            x,
+            m,
+            ys,
+            qbuf,
+            panels,
+        )
+        .map_err(|e| ModelError::Kernel(e.to_string()));
     }
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
-        mm(pool, file, w, x, m, y, qbuf)?;
+        mm(pool, file, w, x, m, y, qbuf, panels)?;
     }
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn mm(
     pool: &ThreadPool,
     file: &[u8],
@@ -616,7 +672,9 @@ fn mm(
     m: usize,
     y: &mut [f32],
     qbuf: &mut Vec<u8>,
+    panels: &[Range<usize>],
 ) -> Result<(), ModelError> {
     let mr = MatRef { ty: w.ty, data: w.data(file), rows: w.rows, cols: w.cols };
-    matmul(pool, mr, x, m, y, qbuf).map_err(|e| ModelError::Kernel(e.to_string()))
+    quant::kernels::matmul_multi_panels(pool, &[mr], x, m, &mut [y], qbuf, panels)
+        .map_err(|e| ModelError::Kernel(e.to_string()))
 }

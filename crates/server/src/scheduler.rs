@@ -70,6 +70,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::{JsonFormat, JsonMask, JsonVocab, Sampler, SamplerParams, StopMatcher};
+use model::kv::BLOCK_TOKENS;
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -934,7 +935,7 @@ impl Scheduler {
             if !q.prefilling() {
                 continue;
             }
-            let n = (q.job.req.prompt.len() - q.n_past).min(budget);
+            let n = prefill_take(q.n_past, q.job.req.prompt.len() - q.n_past, budget);
             for i in 0..n {
                 let pos = q.n_past + i;
                 let last = pos + 1 == q.job.req.prompt.len();
@@ -943,7 +944,7 @@ impl Scheduler {
                     self.rows.push(s);
                 }
             }
-            budget -= n;
+            budget = budget.saturating_sub(n);
         }
         let n_prefill = self.batch.len() - n_decode;
         let t0 = Instant::now();
@@ -965,9 +966,17 @@ impl Scheduler {
             }
         }
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
+        let panel_blocks = self.ctx.panel_blocks();
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                self.ctx.kv.prefix_register(s, &q.tokens, q.job.req.adapters.salt);
+                // With prefill panels, a cold run computes a prompt's whole blocks on them and
+                // its tail and answer on the row kernels: only the whole blocks are shared.
+                let shared = if panel_blocks {
+                    &q.tokens[..q.job.req.prompt.len() / BLOCK_TOKENS * BLOCK_TOKENS]
+                } else {
+                    &q.tokens[..]
+                };
+                self.ctx.kv.prefix_register(s, shared, q.job.req.adapters.salt);
             }
         }
         self.publish_blocks();
@@ -1137,4 +1146,36 @@ mod fault {
     #[cfg(not(debug_assertions))]
     #[inline(always)]
     pub(super) fn check(_: &super::Request, _: Phase) {}
+}
+
+/// How many of a prompt's `left` tokens from position `n_past` a step computes under `budget`:
+/// all that are left if they fit; otherwise a chunk ending on a KV block boundary, so each
+/// whole block is computed in one batch, as a cold run computes it (`model::Batch::panel_runs`),
+/// at least up to the next boundary even past the budget.
+fn prefill_take(n_past: usize, left: usize, budget: usize) -> usize {
+    if left <= budget {
+        return left;
+    }
+    let end = (n_past + budget) / BLOCK_TOKENS * BLOCK_TOKENS;
+    let end = if end > n_past { end } else { (n_past / BLOCK_TOKENS + 1) * BLOCK_TOKENS };
+    (end - n_past).min(left)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prefill_take, BLOCK_TOKENS as B};
+
+    #[test]
+    fn prefill_chunks_end_on_block_boundaries() {
+        // All that is left when it fits, wherever it ends.
+        assert_eq!(prefill_take(0, 100, 512), 100);
+        assert_eq!(prefill_take(B, 7, 7), 7);
+        // Otherwise down to a boundary...
+        assert_eq!(prefill_take(0, 1000, 100), 3 * B);
+        assert_eq!(prefill_take(2 * B, 1000, B + 5), B);
+        // ...or, under a budget smaller than a block, up to the next one.
+        assert_eq!(prefill_take(0, 1000, 5), B);
+        assert_eq!(prefill_take(B + 3, 1000, 5), B - 3);
+        assert_eq!(prefill_take(B + 3, 20, 5), 20);
+    }
 }

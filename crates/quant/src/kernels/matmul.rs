@@ -5,10 +5,17 @@
 //! the weights, ~8 chunks per thread) and shrink toward the end of the job so both threads finish
 //! together; prefill chunks are 16 rows, each swept over all tokens in tiles of [`TILE`], so the
 //! chunk's weights stay in L1/L2 while activations stream from L2.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! Prefill panels ([`matmul_multi_panels`]): the caller names the token rows that may run on
+//! them, and each 16-row chunk is unpacked once and run against those rows, the other rows
+//! going through the row kernels as before. A panel sums in another order than the row kernels,
+//! so which kernel a token meets must not depend on what else shares its batch: the forward
+//! pass passes only whole aligned position blocks of a sequence (`model::Batch::panel_runs`),
+//! and the rows of a block take the panel in every batch that holds the block whole.
 
 use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::{
@@ -74,7 +81,7 @@ unsafe impl<T> Send for SharedMut<T> {}
 #[derive(Clone, Copy)]
 struct Part<'a> {
     k: DotKernels,
-    /// Set when the batch is large enough for panels and the path has them for this type.
+    /// Set when a run of panel rows is long enough and the path has panels for this type.
     panel: Option<PanelKernels>,
     data: &'a [u8],
     rows: usize,
@@ -102,11 +109,30 @@ pub fn matmul_multi_with(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, panels_enabled())
+    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, &[])
 }
 
-/// [`matmul_with`] with prefill panels on (whatever `SNUG_PANELS` says) for batches of
-/// [`PANEL_MIN_TOKENS`] tokens or more where the path has them (tests and benchmarks).
+/// [`matmul_multi`] where the activation rows in `panels` (sorted, disjoint, inside `0..m`) may
+/// run on the prefill panels, if the path has them for the weight type, the run is at least
+/// [`PANEL_MIN_TOKENS`] rows and `SNUG_PANELS` is not `0` ([`panels_enabled`]). A row's result
+/// then depends on whether it is in `panels`, and on nothing else in the batch.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_multi_panels(
+    pool: &ThreadPool,
+    ws: &[MatRef],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+    scratch: &mut Vec<u8>,
+    panels: &[Range<usize>],
+) -> Result<(), KernelError> {
+    let panels = if panels_enabled() { panels } else { &[] };
+    matmul_multi_on(isa(), pool, ws, x, m, ys, scratch, panels)
+}
+
+/// [`matmul_with`] with every activation row on the prefill panels where the path has them
+/// (whatever `SNUG_PANELS` says) and `m` is at least [`PANEL_MIN_TOKENS`] (tests and
+/// benchmarks).
 pub fn matmul_panels_with(
     isa: Isa,
     pool: &ThreadPool,
@@ -116,18 +142,20 @@ pub fn matmul_panels_with(
     y: &mut [f32],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, true)
+    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&(0..m)))
 }
 
-/// Whether matmuls take the prefill panels (`SNUG_PANELS=1`; off by default). Their sums run in
-/// another order than the row kernels', so with them a token's logits depend on how many
-/// tokens shared its batch: a prompt whose prefix came from the prefix cache, or that was
-/// batched beside other requests, could answer differently from the same prompt computed cold
-/// and alone, which snug's prefix cache and batching promise it does not. They become the
-/// default once the scheduler keeps every token's kernel independent of its batch.
+/// Whether [`matmul_multi_panels`] takes the prefill panels: yes unless `SNUG_PANELS=0` (to
+/// compare against the row kernels).
 pub fn panels_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| std::env::var("SNUG_PANELS").map_or(true, |v| v.trim() != "0"))
+}
+
+/// Whether [`matmul_multi_panels`] runs matrices of type `ty` on the prefill panels on this
+/// process's path.
+pub fn has_panels(ty: crate::GgmlType) -> bool {
+    panels_enabled() && panel_kernels(isa(), ty).is_some()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -139,7 +167,7 @@ fn matmul_multi_on(
     m: usize,
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
-    panels: bool,
+    panels: &[Range<usize>],
 ) -> Result<(), KernelError> {
     check_isa(isa)?;
     if ws.is_empty() || ws.len() > MAX_MULTI {
@@ -154,6 +182,18 @@ fn matmul_multi_on(
     let vdt = vec_dot_type(first);
     let x_row = act_row_bytes(vdt, cols)?;
     check_len("x", m.saturating_mul(cols), x.len())?;
+    let mut end = 0;
+    for r in panels {
+        if r.start < end || r.end < r.start || r.end > m {
+            return Err(KernelError::Len {
+                what: "panel rows (sorted, disjoint, inside the batch)",
+                expected: m,
+                got: r.end,
+            });
+        }
+        end = r.end;
+    }
+    let panels_pay = panels.iter().any(|r| r.len() >= PANEL_MIN_TOKENS);
     let nth = pool.n_threads();
 
     let mut parts: [Option<Part>; MAX_MULTI] = [None; MAX_MULTI];
@@ -175,7 +215,7 @@ fn matmul_multi_on(
             (16, 16)
         };
         let out = SharedMut(y.as_mut_ptr());
-        let panel = if panels && m >= PANEL_MIN_TOKENS { panel_kernels(isa, ty) } else { None };
+        let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
         parts[i] = Some(Part {
             k,
             panel,
@@ -217,7 +257,7 @@ fn matmul_multi_on(
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols);
+                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols, panels);
                     cur = cursor.load(Ordering::Relaxed);
                 }
                 Err(now) => cur = now,
@@ -277,27 +317,55 @@ fn quantize_acts<'a>(
     &scratch[..need]
 }
 
-/// Rows `r0..r1` of part `p` against all `m` activation rows: a whole panel of rows unpacked
-/// once for all tokens where the part has panel kernels; otherwise [`TILE`] tokens at a time,
-/// then the rest in groups of 4, 2 and 1, so each weight row is read once per group.
-fn run_chunk(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, m: usize, cols: usize) {
-    if let Some(pk) = p.panel.filter(|_| r1 - r0 == PANEL_ROWS) {
-        let w = &p.data[r0 * p.w_row..r1 * p.w_row];
-        with_panel((pk.bytes)(cols), |panel| {
-            // SAFETY: ISA checked by matmul (the part has panel kernels only on their path);
-            // `w` is PANEL_ROWS whole rows of `cols` values (whole 256-value blocks, checked by
-            // row_bytes), `panel` is the size the kernels asked for, `acts` holds `m` rows at
-            // `x_row`, and outputs t * rows + r0.. (16 of them) lie in this chunk's part of y.
-            unsafe {
-                (pk.unpack)(cols, w, p.w_row, panel);
-                (pk.run)(cols, panel, acts, x_row, m, p.out.0.add(r0), p.rows);
-            }
-        });
+/// Rows `r0..r1` of part `p` against all `m` activation rows: where the part has panel kernels
+/// and the chunk is a whole panel, its rows are unpacked once and run against each run of
+/// `panels` of at least [`PANEL_MIN_TOKENS`] rows; every other activation row goes through the
+/// row kernels ([`rows`]).
+#[allow(clippy::too_many_arguments)]
+fn run_chunk(
+    p: &Part,
+    r0: usize,
+    r1: usize,
+    acts: &[u8],
+    x_row: usize,
+    m: usize,
+    cols: usize,
+    panels: &[Range<usize>],
+) {
+    let Some(pk) = p.panel.filter(|_| r1 - r0 == PANEL_ROWS) else {
+        rows(p, r0, r1, acts, x_row, 0..m, cols);
         return;
-    }
-    let mut t = 0;
-    while t < m {
-        t += match m - t {
+    };
+    let w = &p.data[r0 * p.w_row..r1 * p.w_row];
+    with_panel((pk.bytes)(cols), |panel| {
+        // SAFETY: ISA checked by matmul (the part has panel kernels only on their path); `w` is
+        // PANEL_ROWS whole rows of `cols` values (whole 256-value blocks, checked by row_bytes)
+        // and `panel` is the size the kernels asked for.
+        unsafe { (pk.unpack)(cols, w, p.w_row, panel) };
+        let mut t = 0;
+        for r in panels.iter().filter(|r| r.len() >= PANEL_MIN_TOKENS) {
+            rows(p, r0, r1, acts, x_row, t..r.start, cols);
+            // SAFETY: as above; `acts` holds rows r.start..r.end (r.end <= m, checked by
+            // matmul) at `x_row`, and outputs t * rows + r0.. (16 of them) for those rows lie in
+            // this chunk's part of y.
+            unsafe {
+                let x = &acts[r.start * x_row..r.end * x_row];
+                let out = p.out.0.add(r.start * p.rows + r0);
+                (pk.run)(cols, panel, x, x_row, r.len(), out, p.rows);
+            }
+            t = r.end;
+        }
+        rows(p, r0, r1, acts, x_row, t..m, cols);
+    });
+}
+
+/// Rows `r0..r1` of part `p` against activation rows `ts` on the row kernels: [`TILE`] tokens
+/// at a time, then the rest in groups of 4, 2 and 1, so each weight row is read once per group.
+/// Each output is the same whichever group computes it.
+fn rows(p: &Part, r0: usize, r1: usize, acts: &[u8], x_row: usize, ts: Range<usize>, cols: usize) {
+    let mut t = ts.start;
+    while t < ts.end {
+        t += match ts.end - t {
             left if left >= TILE => sweep(p, p.k.tile, TILE, r0, r1, acts, x_row, t, cols),
             left if left >= 4 => sweep(p, p.k.x4, 4, r0, r1, acts, x_row, t, cols),
             left if left >= 2 => sweep(p, p.k.x2, 2, r0, r1, acts, x_row, t, cols),

@@ -46,8 +46,8 @@ mod neon;
 mod scalar;
 
 pub use matmul::{
-    matmul, matmul_multi, matmul_multi_with, matmul_panels_with, matmul_with, panels_enabled,
-    MAX_MULTI,
+    has_panels, matmul, matmul_multi, matmul_multi_panels, matmul_multi_with, matmul_panels_with,
+    matmul_with, panels_enabled, MAX_MULTI,
 };
 
 /// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
