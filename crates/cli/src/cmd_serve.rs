@@ -97,6 +97,10 @@ pub struct ServeCmd {
     /// with a well-formed end (`finish_reason: "abort"`).
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub drain_timeout: f64,
+    /// How embeddings pool the token states: mean, cls or last. Default: the file's
+    /// `{arch}.pooling_type`, else mean (decoder models).
+    #[arg(long, value_name = "MODE", value_parser = engine::embed::parse_pooling)]
+    pub pooling: Option<model::config::Pooling>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -179,6 +183,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         ),
         max_loras: cmd.max_loras,
         drain_timeout: seconds("--drain-timeout", cmd.drain_timeout)?,
+        pooling: cmd.pooling,
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };

@@ -5,6 +5,7 @@
 
 mod cmd_bench;
 mod cmd_chat;
+mod cmd_embed;
 mod cmd_eval;
 mod cmd_inspect;
 mod cmd_list;
@@ -61,6 +62,8 @@ enum Command {
     Perplexity(cmd_perplexity::PerplexityCmd),
     /// Score a prompt and a greedy or forced continuation; JSON like llama.cpp reference dumps.
     Eval(cmd_eval::EvalCmd),
+    /// Print each text's embedding as a JSON array (pooled, L2-normalised).
+    Embed(cmd_embed::EmbedCmd),
     /// Print the token ids (and pieces) of a text, like llama.cpp's llama-tokenize.
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -82,6 +85,7 @@ fn main() {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Perplexity(a) => cmd_perplexity::run(a),
         Command::Eval(a) => cmd_eval::run(a),
+        Command::Embed(a) => cmd_embed::run(a),
         Command::Tokenize(a) => cmd_tokenize::run_tokenize(a),
         Command::Detokenize(a) => cmd_tokenize::run_detokenize(a),
     };

@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod embed;
+pub mod fim;
 pub mod generate;
 pub mod json;
 pub mod json_schema;

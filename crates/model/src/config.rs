@@ -69,6 +69,48 @@ pub struct ModelConfig {
     pub layers: Vec<LayerAttn>,
     /// The FFN of every layer is a mixture of experts.
     pub moe: Option<MoeConfig>,
+    /// How the file says to pool token states into one embedding (`{arch}.pooling_type`);
+    /// `None` when it does not say (decoder models).
+    pub pooling: Option<Pooling>,
+}
+
+/// llama.cpp's pooling types (`{arch}.pooling_type`: 0 none, 1 mean, 2 cls, 3 last, 4 rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// One vector per token, no pooling.
+    None,
+    /// The mean of every token's state.
+    Mean,
+    /// The first token's state.
+    Cls,
+    /// The last token's state.
+    Last,
+    /// A reranker's score head.
+    Rank,
+}
+
+impl Pooling {
+    /// The GGUF value's pooling (`None` for a value llama.cpp does not know).
+    pub fn from_gguf(v: u64) -> Option<Pooling> {
+        Some(match v {
+            0 => Pooling::None,
+            1 => Pooling::Mean,
+            2 => Pooling::Cls,
+            3 => Pooling::Last,
+            4 => Pooling::Rank,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::None => "none",
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+            Pooling::Rank => "rank",
+        }
+    }
 }
 
 /// The longest context snug uses when none is asked for (the model's training context when
@@ -275,6 +317,7 @@ impl ModelConfig {
             n_ctx_orig,
             layers,
             moe,
+            pooling: f.get_u64(&key("pooling_type")).and_then(Pooling::from_gguf),
         })
     }
 

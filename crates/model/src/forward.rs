@@ -62,6 +62,11 @@ pub struct Context {
     /// [n_outputs_max][n_vocab]
     logits: Vec<f32>,
     n_logits: usize,
+    /// [n_hidden][n_embd] final hidden states (after the output norm) of the last batch's
+    /// tokens that asked for them; grown on the first batch that needs more (embeddings only),
+    /// never for generation.
+    hidden: Vec<f32>,
+    n_hidden: usize,
     /// Called around every stage of every layer (weight streaming); set once, after creation.
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
     /// [n_seq_max] each sequence's LoRA adapters and scales; empty for the bare model.
@@ -164,6 +169,8 @@ impl Context {
             s,
             logits,
             n_logits: 0,
+            hidden: Vec::new(),
+            n_hidden: 0,
             model,
             adapters: (0..params.n_seq_max.max(1)).map(|_| Vec::new()).collect(),
             params,
@@ -234,6 +241,23 @@ impl Context {
         self.n_logits
     }
 
+    /// The final hidden state (after the output norm, the input of the output matrix) of the
+    /// `i`-th token of the last [`Context::decode`] call that asked for it
+    /// ([`Batch::push_hidden`]): what pooled embeddings are made of.
+    pub fn hidden(&self, i: usize) -> &[f32] {
+        let d = self.model.config.n_embd;
+        assert!(
+            i < self.n_hidden,
+            "hidden row {i} requested, the last batch produced {}",
+            self.n_hidden
+        );
+        &self.hidden[i * d..(i + 1) * d]
+    }
+
+    pub fn n_hidden(&self) -> usize {
+        self.n_hidden
+    }
+
     /// Runs `batch`, storing its keys/values and the logits of the tokens that ask for them.
     /// The whole batch is checked first: on error nothing has changed.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), ModelError> {
@@ -252,6 +276,11 @@ impl Context {
             self.kv.check(batch.seq[i], batch.pos[i])?;
         }
         self.n_logits = 0;
+        self.n_hidden = 0;
+        let want = batch.n_hidden().saturating_mul(c.n_embd);
+        if self.hidden.len() < want {
+            self.hidden.resize(want, 0.0);
+        }
         let ub = self.params.n_ubatch.max(1);
         let mut runs = std::mem::take(&mut self.s.runs);
         runs.clear();
@@ -325,6 +354,20 @@ impl Context {
                 _ => ffn_block(&gm, c, lw, n, s)?,
             }
             io.residual(&mut s.x, &mut s.xn, lw.post_ffn_norm.as_deref(), c.rms_eps);
+        }
+
+        // Hidden states asked for (embeddings).
+        for t in 0..n {
+            if batch.hidden.get(b0 + t).copied().unwrap_or(false) {
+                let h = self.n_hidden;
+                ops::rms_norm_into(
+                    &mut self.hidden[h * d..(h + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &w.output_norm,
+                    c.rms_eps,
+                );
+                self.n_hidden += 1;
+            }
         }
 
         // Output rows.

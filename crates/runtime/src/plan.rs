@@ -689,6 +689,7 @@ pub(crate) mod tests {
             n_ctx_orig: 32768,
             layers: vec![layer; 28],
             moe: None,
+            pooling: None,
         };
         let m = ModelFacts {
             file_bytes: 4_682_436_000,

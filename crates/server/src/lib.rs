@@ -22,7 +22,10 @@
 //! `/metrics` carries the gateway's protocol gauges under vLLM's names ([`metrics::vllm`]).
 //!
 //! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
-//! ([`openapi`], the spec of every route, from the request structs), Ollama's `/api/pull`,
+//! ([`openapi`], the spec of every route, from the request structs), fill-in-the-middle
+//! ([`fim`]: llama-server's `/infill`, the `suffix` of `/api/generate` and `/v1/completions`),
+//! embeddings ([`embeddings`]: `/v1/embeddings`, `/api/embed`, `/api/embeddings`, run as
+//! scheduler jobs beside generation), Ollama's `/api/pull`,
 //! which fetches a known model into the cache without changing the served one, and `/ui`
 //! ([`ui`]), a page showing the memory plan, the load and a chat.
 //!
@@ -45,6 +48,8 @@
 pub mod access;
 pub mod adapters;
 pub mod api;
+pub mod embeddings;
+pub mod fim;
 pub mod logprobs;
 pub mod metrics;
 pub mod ollama;
@@ -104,6 +109,8 @@ pub struct ServeOptions {
     pub max_loras: usize,
     /// `--drain-timeout`: how long requests in flight may take to finish after SIGTERM.
     pub drain_timeout: std::time::Duration,
+    /// `--pooling`: how embeddings pool token states (`None`: the file's, else mean).
+    pub pooling: Option<model::config::Pooling>,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -308,6 +315,8 @@ pub struct AppState {
     pub plan: ui::PlanPicture,
     /// Set once a drain starts ([`replica::drain`]): `/ready` and every `POST` answer 503.
     pub draining: std::sync::atomic::AtomicBool,
+    /// How embeddings are pooled ([`embeddings`]).
+    pub embedding: embeddings::Embedding,
 }
 
 /// Seconds since the epoch.
@@ -392,7 +401,13 @@ pub fn serve<R: 'static>(
 /// Every route of a server on `state` (the APIs and the replica's, [`replica::routes`]);
 /// bodies above `max_body` bytes are refused with 413.
 pub fn router(state: Arc<AppState>, max_body: usize) -> axum::Router {
-    api::router(state, max_body, replica::routes())
+    openapi::register(|g| {
+        let mut r = fim::openapi_routes(g);
+        r.extend(embeddings::openapi_routes(g));
+        r
+    });
+    let extra = replica::routes().merge(fim::routes()).merge(embeddings::routes());
+    api::router(state, max_body, extra)
 }
 
 /// Everything [`serve`] serves, before it binds: the scheduler running on a context of
@@ -409,6 +424,11 @@ pub fn open<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<AppState, ServeError> {
     let card = ModelCard::new(&opts.name, path, &model);
+    let embedding = embeddings::Embedding {
+        pooling: engine::embed::pooling_for(&model.config, opts.pooling),
+        n_embd: model.config.n_embd,
+        from_file: model.config.pooling.is_some(),
+    };
     let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
@@ -442,6 +462,7 @@ pub fn open<R: 'static>(
         adapters,
         plan: opts.plan.clone(),
         draining: Default::default(),
+        embedding,
     })
 }
 

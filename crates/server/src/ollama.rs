@@ -8,11 +8,14 @@
 //! `repeat_last_n` (-1: the whole context), `presence_penalty`, `frequency_penalty` and
 //! `num_ctx` (at most the server's context, fixed when it starts; a smaller one limits the
 //! request to that many positions). Sampling methods snug lacks (`mirostat`, `typical_p`,
-//! `tfs_z` at other than their "off" values), `images`, `template`, `context` and `suffix`
-//! are 400s naming the field; options about loading (`num_gpu`, `num_thread`…) are ignored, as
+//! `tfs_z` at other than their "off" values), `images`, `template` and `context` are 400s
+//! naming the field; options about loading (`num_gpu`, `num_thread`…) are ignored, as
 //! the model is loaded at start. Every bound is in [`crate::api::limits`]. `generate`
 //! applies the chat template to `prompt` (and `system`) unless `raw` is set; an empty prompt
-//! only answers that the model is loaded, as Ollama does.
+//! only answers that the model is loaded, as Ollama does. `suffix` asks to fill in the middle:
+//! the prompt is the model's FIM layout (`<PRE>{prompt}<SUF>{suffix}<MID>`, [`engine::fim`]),
+//! without the chat template or `system`; a model without FIM tokens is a 400, and so is
+//! `raw` with a suffix.
 //!
 //! `pull` fetches one of the hub's known aliases into the cache (`hub::pull`, the same as `snug
 //! pull`; it does not change the served model) on a blocking thread, one pull at a time. Its
@@ -171,8 +174,8 @@ pub struct GenerateRequest {
     #[serde(default, deserialize_with = "limits::opt_tools")]
     #[schemars(length(max = 0))]
     context: Option<Vec<Value>>,
-    /// Text after the answer (fill-in-the-middle): not supported, must be absent or empty.
-    #[schemars(length(max = 0))]
+    /// Text after the answer: fill in the middle between `prompt` and this (needs a model
+    /// with FIM tokens, see `/api/show`'s `insert` capability; not with `raw`).
     suffix: Option<String>,
 }
 
@@ -329,6 +332,8 @@ pub struct Generate {
     pub raw: bool,
     pub stream: bool,
     pub settings: Settings,
+    /// Fill in the middle between `prompt` and this (absent when empty).
+    pub suffix: Option<String>,
 }
 
 impl Generate {
@@ -342,8 +347,8 @@ impl Generate {
             Some("template is not supported: the model's own chat template is used (or none, with raw)")
         } else if given(&req.context) {
             Some("context is not supported: send the conversation as messages to /api/chat")
-        } else if text(&req.suffix) {
-            Some("suffix is not supported: snug does not fill in the middle")
+        } else if text(&req.suffix) && req.raw {
+            Some("suffix cannot go with raw: a suffix is placed by the model's FIM tokens; send one of them")
         } else {
             None
         };
@@ -357,6 +362,7 @@ impl Generate {
             system: req.system,
             raw: req.raw,
             stream: req.stream.unwrap_or(true),
+            suffix: req.suffix.filter(|s| !s.is_empty()),
         })
     }
 }
@@ -450,10 +456,17 @@ pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
         let (ticket, req, prompt) = st
             .prepare(S, body_bytes(S, body)?, |app, body| {
                 let mut req = Generate::decode(body)?;
-                if req.prompt.is_empty() {
+                if req.prompt.is_empty() && req.suffix.is_none() {
                     return Ok((req, Vec::new()));
                 }
-                let prompt = if req.raw {
+                let prompt = if let Some(suffix) = &req.suffix {
+                    let fim = engine::fim::FimTokens::required(&app.tok, "suffix")
+                        .map_err(|m| ApiError::bad_request(S, m).with_code("fim_unsupported"))?;
+                    req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
+                    app.check_text_len(S, req.prompt.len() + suffix.len())?;
+                    let prefix = engine::fim::Prefix::Text(&req.prompt);
+                    engine::fim::suffix_prompt(&app.tok, fim, prefix, suffix)
+                } else if req.raw {
                     req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
                     app.check_text_len(S, req.prompt.len())?;
                     app.tok.encode(&req.prompt, true, true)
@@ -466,7 +479,7 @@ pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
                 Ok((req, prompt))
             })
             .await?;
-        if req.prompt.is_empty() {
+        if prompt.is_empty() {
             // Ollama's way to load a model: it is loaded (no place in the queue is kept).
             drop(ticket);
             let mut v = record(Kind::Generate, &st.card.name, "", true);
@@ -551,6 +564,22 @@ fn model_file(c: &crate::ModelCard) -> String {
     c.path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
 }
 
+/// What the served model can do, in Ollama's words: `completion`; `insert` when it has FIM
+/// tokens (`suffix` works, [`engine::fim`]); `embedding` when it is an embedding model, i.e. its
+/// file names a pooling (`{arch}.pooling_type`), as Ollama lists it. A decoder model still
+/// answers the embedding routes ([`crate::embeddings`], mean pooling), but its vectors were
+/// never trained for retrieval, so it does not claim the capability.
+fn capabilities(st: &AppState) -> Vec<&'static str> {
+    let mut caps = vec!["completion"];
+    if engine::fim::FimTokens::of(&st.tok).is_ok() {
+        caps.push("insert");
+    }
+    if st.embedding.from_file {
+        caps.push("embedding");
+    }
+    caps
+}
+
 pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let req = Show::decode(&body_bytes(S, body)?)?;
@@ -568,7 +597,7 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
                 "template": template,
                 "details": details(&st),
                 "model_info": info,
-                "capabilities": ["completion"],
+                "capabilities": capabilities(&st),
                 "modified_at": modified_at(&st),
             }))
             .into_response(),

@@ -11,10 +11,11 @@
 //! ([`engine::json_schema`]; a schema outside the subset it enforces is a 400). `logit_bias`
 //! is added to the logits before sampling (log-probabilities stay the model's own). Fields
 //! snug reads but cannot honour are 400s naming them, never dropped: `best_of` ≠ 1, `echo`,
-//! `suffix`, `functions`/`function_call`, `modalities` other than text, `audio`,
+//! `functions`/`function_call`, `modalities` other than text, `audio`,
 //! `prediction`; temperatures outside [0, 2]. Every list and number is bounded
 //! ([`crate::api::limits`]). A body is parsed twice (route fields, then [`Common`]) rather than
-//! through `serde(flatten)`, which would buffer it whole as a `Content` tree.
+//! through `serde(flatten)`, which would buffer it whole as a `Content` tree. A completion's
+//! `suffix` fills in the middle, as Ollama's OpenAI route does ([`engine::fim::suffix_prompt`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -275,8 +276,8 @@ pub struct CompletionFields {
     /// Only `false`: the prompt is not echoed.
     #[schemars(extend("enum" = [false, null]))]
     echo: Option<bool>,
-    /// Text after the completion (fill-in-the-middle): not supported, must be absent or empty.
-    #[schemars(length(max = 0))]
+    /// Text after the completion: fill in the middle between `prompt` and this (needs a
+    /// model with FIM tokens).
     suffix: Option<String>,
 }
 
@@ -413,6 +414,8 @@ pub struct Completion {
     pub settings: Settings,
     /// Alternatives per token when log-probabilities are asked for.
     pub logprobs: Option<usize>,
+    /// Fill in the middle between the prompt and this (absent when empty).
+    pub suffix: Option<String>,
 }
 
 impl Completion {
@@ -425,17 +428,12 @@ impl Completion {
                 "echo is not supported: the answer never repeats the prompt; send echo false or leave it out",
             ));
         }
-        if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
-            return Err(ApiError::bad_request(
-                S,
-                "suffix is not supported: snug does not fill in the middle; leave it out",
-            ));
-        }
         let settings = settings(&common)?;
         let prompt = req.prompt;
         let logprobs = crate::logprobs::asked(req.logprobs.is_some(), req.logprobs, "logprobs")
             .map_err(|e| ApiError::bad_request(S, e))?;
-        Ok(Completion { common, prompt, settings, logprobs })
+        let suffix = req.suffix.filter(|s| !s.is_empty());
+        Ok(Completion { common, prompt, settings, logprobs, suffix })
     }
 }
 
@@ -747,10 +745,28 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
             .prepare(S, body_bytes(S, body)?, |app, body| {
                 let mut req = Completion::decode(body)?;
                 req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
+                let fim = match &req.suffix {
+                    Some(_) => {
+                        Some(engine::fim::FimTokens::required(&app.tok, "suffix").map_err(|m| {
+                            ApiError::bad_request(S, m).with_code("fim_unsupported")
+                        })?)
+                    }
+                    None => None,
+                };
+                let suffix = req.suffix.as_deref().unwrap_or("");
+                app.check_text_len(S, suffix.len())?;
                 let prompt = match std::mem::replace(&mut req.prompt, Prompt::Ids(Vec::new())) {
                     Prompt::Text(s) => {
-                        app.check_text_len(S, s.len())?;
-                        app.tok.encode(&s, true, true)
+                        app.check_text_len(S, s.len() + suffix.len())?;
+                        match fim {
+                            Some(f) => engine::fim::suffix_prompt(
+                                &app.tok,
+                                f,
+                                engine::fim::Prefix::Text(&s),
+                                suffix,
+                            ),
+                            None => app.tok.encode(&s, true, true),
+                        }
                     }
                     Prompt::Ids(ids) => {
                         let n_vocab = app.tok.n_vocab();
@@ -762,7 +778,15 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
                                 ),
                             ));
                         }
-                        ids
+                        match fim {
+                            Some(f) => engine::fim::suffix_prompt(
+                                &app.tok,
+                                f,
+                                engine::fim::Prefix::Ids(&ids),
+                                suffix,
+                            ),
+                            None => ids,
+                        }
                     }
                 };
                 Ok((req, prompt))

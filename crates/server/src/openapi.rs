@@ -7,7 +7,10 @@
 //! checks every response the server gives against them. Error bodies take the shape of the
 //! route's API ([`Style::of_path`]). Bearer authentication is declared only when the server
 //! was started with an API key (without one, no request needs the header, and the spec says
-//! so). Cost: the document is built once, on the first request for it (~20 KB).
+//! so). Routes of modules beside the core APIs (fill-in-the-middle, embeddings) are described by
+//! those modules and registered by the crate root ([`register`]) before the first document is
+//! built, so they depend on this module and not the reverse. Cost: the document is built once,
+//! on the first request for it (~20 KB).
 
 use std::sync::OnceLock;
 
@@ -42,7 +45,24 @@ const GENERATION_ERRORS: &[u16] = &[400, 404, 413, 429, 500, 503];
 /// The routes a supervisor probes, which take no key.
 const PROBES: [&str; 2] = ["/health", "/ready"];
 
-fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
+/// A `POST` route described by a module beside the core APIs: path, summary, the request
+/// body's schema and the 200 answer's content (by media type).
+pub struct ExtraRoute {
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub body: Value,
+    pub ok: Value,
+}
+
+/// The registered describer of the extra routes (set once, by [`crate::router`]).
+static EXTRA: OnceLock<fn(&mut SchemaGenerator) -> Vec<ExtraRoute>> = OnceLock::new();
+
+/// Registers the describer of the routes beside the core APIs; the first registration stays.
+pub fn register(describe: fn(&mut SchemaGenerator) -> Vec<ExtraRoute>) {
+    let _ = EXTRA.set(describe);
+}
+
+pub fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
     g.subschema_for::<T>().to_value()
 }
 
@@ -54,12 +74,12 @@ fn ok(description: &str, content: Value) -> Value {
     json!({"200": {"description": description, "content": content}})
 }
 
-fn json_content(schema: Value) -> Value {
+pub fn json_content(schema: Value) -> Value {
     json!({"application/json": {"schema": schema}})
 }
 
 /// A JSON answer, or with `"stream": true` a stream of `stream_type`.
-fn json_or_stream(schema: Value, stream_type: &str) -> Value {
+pub fn json_or_stream(schema: Value, stream_type: &str) -> Value {
     json!({
         "application/json": {"schema": schema},
         stream_type: {"schema": {"type": "string"}},
@@ -71,6 +91,21 @@ fn schema_ref(name: &str) -> Value {
 }
 
 fn routes(g: &mut SchemaGenerator) -> Vec<Route> {
+    let mut all = core_routes(g);
+    for e in EXTRA.get().map(|f| f(g)).unwrap_or_default() {
+        all.push(Route {
+            method: "post",
+            path: e.path,
+            summary: e.summary,
+            body: Some(json_body(e.body)),
+            ok: ok("The answer", e.ok),
+            errors: GENERATION_ERRORS,
+        });
+    }
+    all
+}
+
+fn core_routes(g: &mut SchemaGenerator) -> Vec<Route> {
     let body = |r: BodyRoute, g: &mut SchemaGenerator| {
         Some(json_body(match r {
             BodyRoute::ChatCompletions => schema_of::<openai::ChatRequest>(g),

@@ -58,6 +58,10 @@
 //! the channel into `waiting` and forgets jobs whose client left, so they stop counting at the
 //! next step rather than when a slot frees.
 //!
+//! Embeddings ([`embed`]): an embedding job's inputs are prefill in the same steps, one input
+//! after another in its slot, each pooled from the final hidden states the forward pass gives
+//! for the tokens that ask for them (no logits).
+//!
 //! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
@@ -81,6 +85,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use crate::adapters::AdapterSet;
 use crate::logprobs::TokenLogprob;
 use crate::ServeError;
+
+mod embed;
 
 /// What a handler asks the scheduler for.
 #[derive(Debug)]
@@ -128,6 +134,8 @@ struct Job {
     events: UnboundedSender<Event>,
     /// Where each token's log-probability goes; present exactly when `req.logprobs` is.
     logprobs: Option<UnboundedSender<TokenLogprob>>,
+    /// An embedding job's inputs and pooling ([`embed`]); `req.prompt` is its current input.
+    embed: Option<embed::Task>,
 }
 
 /// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
@@ -440,7 +448,7 @@ impl Handle {
             }
             None => (None, None),
         };
-        self.submit(ticket, Job { req: r, events, logprobs })?;
+        self.submit(ticket, Job { req: r, events, logprobs, embed: None })?;
         Ok((rx, lp_rx))
     }
 
@@ -850,7 +858,11 @@ impl Scheduler {
             return;
         }
         self.shed_if_asked();
-        let hit = self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt);
+        let hit = if embed::is_embedding(&job) {
+            0
+        } else {
+            self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt)
+        };
         self.counters.prefix_hit_tokens.inc_by(hit as u64);
         let seq = Seq {
             sampler,
@@ -935,11 +947,17 @@ impl Scheduler {
             if !q.prefilling() {
                 continue;
             }
-            let n = prefill_take(q.n_past, q.job.req.prompt.len() - q.n_past, budget);
+            let len = q.job.req.prompt.len();
+            let n = prefill_take(q.n_past, len - q.n_past, budget);
             for i in 0..n {
                 let pos = q.n_past + i;
-                let last = pos + 1 == q.job.req.prompt.len();
-                self.batch.push(q.job.req.prompt[pos], pos, s, last);
+                let tok = q.job.req.prompt[pos];
+                if let Some(e) = &q.job.embed {
+                    embed::push(&mut self.batch, e.pooling(), tok, pos, s, len);
+                    continue;
+                }
+                let last = pos + 1 == len;
+                self.batch.push(tok, pos, s, last);
                 if last {
                     self.rows.push(s);
                 }
@@ -980,6 +998,7 @@ impl Scheduler {
             }
         }
         self.publish_blocks();
+        self.collect_embeddings();
         let rows = std::mem::take(&mut self.rows);
         for (row, &s) in rows.iter().enumerate() {
             let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(row, s)));
