@@ -52,6 +52,7 @@ pub mod openai;
 pub mod openapi;
 pub mod replica;
 pub mod scheduler;
+pub mod tools;
 pub mod transport;
 pub mod ui;
 
@@ -104,6 +105,9 @@ pub struct ServeOptions {
     pub max_loras: usize,
     /// `--drain-timeout`: how long requests in flight may take to finish after SIGTERM.
     pub drain_timeout: std::time::Duration,
+    /// `--chat-template-file`: a chat template used instead of the model's (llama-server's
+    /// flag: for a model whose own template is missing, broken or renders no tools).
+    pub chat_template: Option<String>,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -409,7 +413,11 @@ pub fn open<R: 'static>(
     attach: impl FnOnce(&Context, PressureLog) -> Result<R, String> + Send + 'static,
 ) -> Result<AppState, ServeError> {
     let card = ModelCard::new(&opts.name, path, &model);
-    let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
+    let template = match &opts.chat_template {
+        Some(src) => ChatTemplate::new(src, &tok),
+        None => ChatTemplate::from_gguf(&model.file, &tok),
+    }
+    .map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
     let mut metrics = metrics::Metrics::new(&counters, opts.budget);

@@ -58,13 +58,15 @@ pub struct ToolMask {
     n_calls: usize,
     /// The trigger's KMP failure table.
     fail: Vec<usize>,
+    /// The call is a bare object at the start (no opening or closing tags; one call).
+    bare: bool,
 }
 
 impl ToolMask {
     pub fn new(grammar: Arc<ToolGrammar>) -> ToolMask {
         let trigger = grammar.format.trigger().0.as_bytes();
         let fail = kmp_table(trigger);
-        let mut m = ToolMask { phase: Phase::Off, n_calls: 0, fail, grammar };
+        let mut m = ToolMask { phase: Phase::Off, n_calls: 0, fail, grammar, bare: false };
         m.phase = match m.grammar.start {
             Start::Lazy => Phase::Free { matched: 0, started: false },
             Start::Now => m.first_choice(""),
@@ -106,9 +108,25 @@ impl ToolMask {
         choice(cands)
     }
 
+    /// The heads alone, for a bare call object at the start.
+    fn first_choice_bare(&self) -> Phase {
+        let g = &self.grammar;
+        let mut cands: Vec<Cand> = g
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Cand { text: g.format.head(&t.name).into_bytes(), then: Then::Call(i) })
+            .collect();
+        cands.sort_by(|a, b| a.text.cmp(&b.text));
+        choice(cands)
+    }
+
     /// After a call: the next call's separator and heads (while calls are left), or the end.
     fn next_choice(&self) -> Phase {
         let g = &self.grammar;
+        if self.bare {
+            return Phase::Done;
+        }
         let mut cands = vec![Cand { text: g.format.end().as_bytes().to_vec(), then: Then::End }];
         if let Some(sep) = g.format.separator().filter(|_| self.n_calls < g.max_calls) {
             for (i, t) in g.tools.iter().enumerate() {
@@ -125,7 +143,8 @@ impl ToolMask {
 
     /// A call's closing text, then the next choice.
     fn close_choice(&self) -> Phase {
-        let text = self.grammar.format.close().as_bytes().to_vec();
+        let close = if self.bare { "}" } else { self.grammar.format.close() };
+        let text = close.as_bytes().to_vec();
         choice(vec![Cand { text, then: Then::Next }])
     }
 
@@ -222,7 +241,19 @@ impl ToolMask {
                     let (trigger, anchored) = self.grammar.format.trigger();
                     let trigger = trigger.as_bytes();
                     let mut fired = None;
+                    let bare = self.grammar.format.bare_start() && !anchored;
                     for (k, &b) in bytes.iter().enumerate() {
+                        if bare && !started && !b.is_ascii_whitespace() {
+                            started = true;
+                            if b == b'{' {
+                                // A bare call object at the start (no tags).
+                                self.bare = true;
+                                let p = self.first_choice_bare();
+                                let Phase::Choice { cands, live, .. } = p else { return };
+                                self.phase = narrow(cands, live, 0, &bytes[k..]);
+                                return;
+                            }
+                        }
                         if anchored {
                             if started {
                                 break;
@@ -510,6 +541,20 @@ mod tests {
             "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
         );
         assert!(m.is_complete());
+    }
+
+    #[test]
+    fn a_bare_hermes_call_at_the_start_is_constrained() {
+        let v = vocab();
+        let mut m = grammar(Format::Hermes, Start::Lazy, 4).mask();
+        m.accept(b"\n{\"");
+        assert!(m.constrains());
+        feed(&mut m, &v, "name\": \"get_time\", \"arguments\": {\"zone\": \"utc\"}}");
+        // Bare: one call, no tags.
+        assert!(m.is_complete());
+        let mut m = grammar(Format::Hermes, Start::Lazy, 4).mask();
+        m.accept(b"Sure {");
+        assert!(!m.constrains());
     }
 
     #[test]

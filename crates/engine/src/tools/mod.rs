@@ -74,6 +74,13 @@ impl Format {
         }
     }
 
+    /// Whether a bare call object at the very start of the answer is a call too: Llama 3's
+    /// only form, and what small Qwen models write without their tags (llama.cpp's Hermes
+    /// handler triggers on a leading `{"` as well).
+    pub fn bare_start(self) -> bool {
+        matches!(self, Format::Hermes | Format::Llama3)
+    }
+
     /// The key a call's arguments are under.
     pub fn args_key(self) -> &'static str {
         match self {

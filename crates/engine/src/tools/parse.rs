@@ -83,6 +83,8 @@ pub struct OutputParser {
     list_raw: String,
     /// Calls started (the next one's index).
     n_started: usize,
+    /// The open call is a bare object at the start (it ends with the object, not a tag).
+    bare: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +118,7 @@ impl OutputParser {
             list: None,
             list_raw: String::new(),
             n_started: 0,
+            bare: false,
         }
     }
 
@@ -188,7 +191,7 @@ impl OutputParser {
                         if trimmed.is_empty() && !end {
                             return;
                         }
-                        if self.format == Some(Format::Llama3)
+                        if self.format.is_some_and(Format::bare_start)
                             && !self.content_started
                             && trimmed.starts_with('{')
                         {
@@ -278,7 +281,8 @@ impl OutputParser {
     /// A call section begins after `marker` (already consumed).
     fn begin_call(&mut self, marker: String) {
         self.state = State::Call;
-        if self.format == Some(Format::Mistral) {
+        self.bare = marker.is_empty();
+        if self.format == Some(Format::Mistral) && !self.bare {
             self.list = Some(ListState::Open);
             self.scan = None;
             // The marker is given back with the first broken call, if any.
@@ -334,7 +338,7 @@ impl OutputParser {
             return;
         };
         // Hermes ends a call at its closing tag; JSON formats when the object closes.
-        let close = (self.format == Some(Format::Hermes)).then_some("</tool_call>");
+        let close = (self.format == Some(Format::Hermes) && !self.bare).then_some("</tool_call>");
         let (take, closed_tag) = match close {
             Some(c) => match self.hold.find(c) {
                 Some(at) => (at, Some(c)),
@@ -751,6 +755,19 @@ mod tests {
         );
         let text = "Here: {\"name\": \"get_time\", \"parameters\": {}}";
         check_splits(text, Some(Format::Llama3), Reasoning::Off, &out(text, "", &[]));
+    }
+
+    #[test]
+    fn a_bare_hermes_call_at_the_start_is_a_call() {
+        let text = "{\"name\": \"get_time\", \"arguments\": {\"zone\": \"utc\"}}";
+        check_splits(
+            text,
+            Some(Format::Hermes),
+            Reasoning::Off,
+            &out("", "", &[("get_time", "{\"zone\": \"utc\"}")]),
+        );
+        let text = "{\"answer\": 42}";
+        check_splits(text, Some(Format::Hermes), Reasoning::Off, &out(text, "", &[]));
     }
 
     #[test]
