@@ -47,6 +47,11 @@ pub struct RunCmd {
     /// Do not stop at end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Offer the tools in this JSON file (a list of OpenAI tool objects, or `{"tools": [...]}`)
+    /// to the model through its chat template, and print the calls it makes (parsed in the
+    /// template's call format; the CLI does not constrain them as the server does).
+    #[arg(long, value_name = "FILE.json")]
+    pub tools: Option<std::path::PathBuf>,
     /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text (with --raw;
     /// the chat template's own special tokens are always parsed).
     #[arg(long)]
@@ -55,6 +60,31 @@ pub struct RunCmd {
     pub run: RunArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+}
+
+/// The tools of a `--tools` file: a list of OpenAI tool objects, or an object with `tools`.
+fn read_tools(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the tools file {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("the tools file {} is not JSON", path.display()))?;
+    let list = match v {
+        serde_json::Value::Array(l) => l,
+        serde_json::Value::Object(mut o) => match o.remove("tools") {
+            Some(serde_json::Value::Array(l)) => l,
+            _ => anyhow::bail!(
+                "{}: expected a list of tools or {{\"tools\": [...]}}",
+                path.display()
+            ),
+        },
+        _ => anyhow::bail!("{}: expected a list of tools or {{\"tools\": [...]}}", path.display()),
+    };
+    for (i, t) in list.iter().enumerate() {
+        if t.pointer("/function/name").and_then(|n| n.as_str()).is_none() {
+            anyhow::bail!("{}: tools[{i}] has no function.name", path.display());
+        }
+    }
+    Ok(list)
 }
 
 /// Whether a lone positional argument names a model rather than being a prompt.
@@ -113,6 +143,11 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
         });
     };
     let sampling = cmd.sampling.params()?;
+    let tools = cmd.tools.as_deref().map(read_tools).transpose()?;
+    if tools.is_some() && cmd.raw {
+        anyhow::bail!("--tools goes through the chat template: leave out --raw");
+    }
+    let mut calls = None;
     let m = open(&model_name)?;
     let template =
         if cmd.raw { None } else { Some(ChatTemplate::from_gguf(&m.model.file, &m.tok)?) };
@@ -121,10 +156,21 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
             // Like a chat line, the message is the text without its surrounding whitespace (a
             // prompt piped in ends in a newline).
             let user = [ChatMessage::new("user", prompt.trim().to_string())];
-            (
-                cmd_chat::chat_tokens(&t, &m.tok, &user)?,
-                cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS),
-            )
+            let tokens = match &tools {
+                None => cmd_chat::chat_tokens(&t, &m.tok, &user)?,
+                Some(list) => {
+                    let format = engine::tools::Format::detect(t.source()).with_context(|| {
+                        format!("{model_name}'s chat template writes tool calls in no format snug parses (Hermes <tool_call>, Llama 3 JSON, Mistral [TOOL_CALLS])")
+                    })?;
+                    let names: Vec<String> = list
+                        .iter()
+                        .filter_map(|x| x.pointer("/function/name")?.as_str().map(String::from))
+                        .collect();
+                    calls = Some((format, names));
+                    m.tok.encode_chat(&t.render_prompt(&user, list, true)?)
+                }
+            };
+            (tokens, cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS))
         }
         None => {
             if !cmd.raw {
@@ -144,7 +190,25 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let gen = GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
-    let stats = cmd_chat::stream_answer(&mut session, &tokens, &gen, |_| true)?;
+    let mut text = String::new();
+    let stats = cmd_chat::stream_answer(&mut session, &tokens, &gen, |t| {
+        text.push_str(t);
+        true
+    })?;
+    if let Some((format, names)) = calls {
+        let o = engine::tools::ParsedOutput::parse(
+            &text,
+            Some(format),
+            &names,
+            engine::tools::Reasoning::Off,
+        );
+        if o.calls.is_empty() {
+            println!("(no tool call)");
+        }
+        for c in &o.calls {
+            println!("tool call: {} {}", c.name, c.arguments);
+        }
+    }
     eprintln!(
         "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s | stop: {:?}",
         stats.n_prompt,

@@ -17,6 +17,7 @@
 //! `--allowed-origins` for web pages; `--header-timeout`, `--body-timeout`,
 //! `--max-connections` and `--max-body` bound what one client can hold.
 
+use anyhow::Context as _;
 use clap::Args;
 use runtime::RunOptions;
 
@@ -101,6 +102,11 @@ pub struct ServeCmd {
     /// `{arch}.pooling_type`, else mean (decoder models).
     #[arg(long, value_name = "MODE", value_parser = engine::embed::parse_pooling)]
     pub pooling: Option<model::config::Pooling>,
+    /// Use the chat template in this file instead of the model's (a Hugging Face Jinja
+    /// template, as llama-server's --chat-template-file): for a model whose template is missing
+    /// or renders no tools.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -184,6 +190,13 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         max_loras: cmd.max_loras,
         drain_timeout: seconds("--drain-timeout", cmd.drain_timeout)?,
         pooling: cmd.pooling,
+        chat_template: match &cmd.chat_template_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .with_context(|| format!("reading the chat template file {}", f.display()))?,
+            ),
+            None => None,
+        },
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };

@@ -35,12 +35,14 @@ pub enum JsonFormat {
 }
 
 /// Which tokens may come next in JSON mode.
+#[derive(Clone)]
 pub struct JsonMask {
     check: Check,
 }
 
 // One per JSON-mode sequence, read on every token: the schema state stays inline.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 enum Check {
     Object(JsonPrefix),
     Schema(Arc<Schema>, SchemaSet),
@@ -105,11 +107,17 @@ impl JsonMask {
 
     /// Moves the state past a sampled token's bytes (which [`JsonMask::apply`] allowed).
     pub fn accept(&mut self, bytes: &[u8]) {
-        let ok = match &mut self.check {
+        let ok = self.push(bytes);
+        debug_assert!(ok, "a token the mask refused was sampled");
+    }
+
+    /// Moves the state past `bytes`; false (the state then undefined) when they cannot come
+    /// next. For callers that try text on a clone ([`crate::tools`]).
+    pub fn push(&mut self, bytes: &[u8]) -> bool {
+        match &mut self.check {
             Check::Object(p) => p.push_all(bytes),
             Check::Schema(s, p) => p.push_all(s, bytes),
-        };
-        debug_assert!(ok, "a token the mask refused was sampled");
+        }
     }
 }
 

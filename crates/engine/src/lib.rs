@@ -11,6 +11,7 @@ pub mod json_schema;
 pub mod json_syntax;
 pub mod perplexity;
 pub mod sampling;
+pub mod tools;
 
 pub use generate::{
     GenStats, GenerateParams, Session, StopMatcher, StopReason, MAX_STOPS, MAX_STOP_BYTES,

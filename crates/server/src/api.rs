@@ -459,17 +459,25 @@ impl AppState {
     /// The prompt of a chat: the model's template over `messages` (at least one), tokenized
     /// with the template's markup parsed for control tokens and the messages' contents as
     /// text, so a message cannot forge a turn (`tokenizer::Tokenizer::encode_chat`).
+    ///
+    /// `chat` carries the offered tools and the thinking switch into the template, and comes
+    /// back knowing whether the prompt opened a reasoning section ([`crate::tools`]).
     pub fn chat_prompt(
         &self,
         style: Style,
         messages: &[tokenizer::ChatMessage],
+        chat: &mut crate::tools::ChatOptions,
     ) -> Result<Vec<u32>, ApiError> {
         let template = self.template.as_ref().map_err(|e| {
             ApiError::new(style, StatusCode::INTERNAL_SERVER_ERROR, format!("the model's chat template does not load: {e}; use the completion route with a prompt of your own"))
         })?;
-        let prompt = template.render_prompt(messages, &[], true).map_err(|e| {
-            ApiError::bad_request(style, format!("{e}; check the messages' roles and order"))
-        })?;
+        chat.fit(template).map_err(|e| ApiError::bad_request(style, e))?;
+        let prompt = template
+            .render_prompt_thinking(messages, &chat.tools, true, chat.template_thinking(template))
+            .map_err(|e| {
+                ApiError::bad_request(style, format!("{e}; check the messages' roles and order"))
+            })?;
+        chat.opened(&prompt.text);
         Ok(self.tok.encode_chat(&prompt))
     }
 
@@ -543,6 +551,7 @@ impl AppState {
             max_tokens = max_tokens.min(c - prompt.len());
         }
         let (sampling, stop, json, logit_bias) = (s.sampling, s.stop, s.json, s.logit_bias);
+        let tools = s.chat.grammar;
         let req = scheduler::Request {
             prompt,
             sampling,
@@ -552,6 +561,7 @@ impl AppState {
             logprobs,
             adapters,
             logit_bias,
+            tools,
         };
         self.engine.request_on(ticket, req).map_err(|r| ApiError::refused(style, r))
     }
@@ -621,7 +631,7 @@ impl AppState {
     ) -> Result<Vec<u32>, ApiError> {
         settings.fit(style, self.engine.n_ctx, self.tok.n_vocab())?;
         self.check_text_len(style, messages.iter().map(|m| m.content.len()).sum())?;
-        self.chat_prompt(style, messages)
+        self.chat_prompt(style, messages, &mut settings.chat)
     }
 }
 
@@ -675,6 +685,8 @@ pub struct Settings {
     pub num_ctx: Option<usize>,
     /// OpenAI's `logit_bias`: added to the token's logit before sampling.
     pub logit_bias: Vec<(u32, f32)>,
+    /// A chat's tools and reasoning ([`crate::tools`]).
+    pub chat: crate::tools::ChatOptions,
 }
 
 /// A request's JSON schema compiled for structured output; one it cannot enforce is a 400 that
@@ -706,6 +718,7 @@ impl Settings {
             repeat_last_n_whole: knobs.repeat_last_n == Some(-1),
             num_ctx: None,
             logit_bias: Vec::new(),
+            chat: Default::default(),
         })
     }
 

@@ -57,6 +57,7 @@ pub mod openai;
 pub mod openapi;
 pub mod replica;
 pub mod scheduler;
+pub mod tools;
 pub mod transport;
 pub mod ui;
 
@@ -111,6 +112,9 @@ pub struct ServeOptions {
     pub drain_timeout: std::time::Duration,
     /// `--pooling`: how embeddings pool token states (`None`: the file's, else mean).
     pub pooling: Option<model::config::Pooling>,
+    /// `--chat-template-file`: a chat template used instead of the model's (llama-server's
+    /// flag: for a model whose own template is missing, broken or renders no tools).
+    pub chat_template: Option<String>,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -429,7 +433,11 @@ pub fn open<R: 'static>(
         n_embd: model.config.n_embd,
         from_file: model.config.pooling.is_some(),
     };
-    let template = ChatTemplate::from_gguf(&model.file, &tok).map_err(|e| e.to_string());
+    let template = match &opts.chat_template {
+        Some(src) => ChatTemplate::new(src, &tok),
+        None => ChatTemplate::from_gguf(&model.file, &tok),
+    }
+    .map_err(|e| e.to_string());
     let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
     let counters = scheduler::Counters::default();
     let mut metrics = metrics::Metrics::new(&counters, opts.budget);

@@ -119,11 +119,37 @@ pub struct ChatRequest {
     /// the schema accepts ([`engine::json_schema`]; a schema it cannot enforce is a 400).
     #[schemars(with = "Option<FormatSchema>")]
     format: Option<Value>,
-    /// Functions the model may call. snug calls none (`/api/show` lists no `tools`
-    /// capability), so a list that is not empty is a 400, as Ollama answers for such a model.
+    /// Functions the model may call (`{"type": "function", "function": {...}}`, at most 64),
+    /// when `/api/show` lists the `tools` capability; calls come back whole in
+    /// `message.tool_calls` ([`crate::tools`]).
     #[serde(default, deserialize_with = "limits::opt_tools")]
-    #[schemars(length(max = 0))]
+    #[schemars(length(max = 64))]
     tools: Option<Vec<Value>>,
+    /// A reasoning model's thinking: `false` turns it off (and tells the template so); `true`
+    /// or absent: it comes back in `message.thinking`. Ollama's levels (`"low"`, `"medium"`,
+    /// `"high"`) count as `true`.
+    #[schemars(with = "Option<ThinkSchema>")]
+    think: Option<Value>,
+}
+
+/// `think` as the schema states it.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[schemars(rename = "OllamaThink")]
+#[allow(dead_code)]
+enum ThinkSchema {
+    On(bool),
+    Level(ThinkLevel),
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OllamaThinkLevel")]
+#[allow(dead_code)]
+enum ThinkLevel {
+    Low,
+    Medium,
+    High,
 }
 
 /// `format` as the spec describes it: `"json"` (or empty), or a JSON schema object.
@@ -297,14 +323,28 @@ impl Chat {
     }
 
     pub fn decode(body: &[u8]) -> Result<Chat, ApiError> {
-        let req: ChatRequest = from_json(S, body)?;
-        if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        let mut req: ChatRequest = from_json(S, body)?;
+        let mut chat = crate::tools::ChatOptions::new(req.tools.as_deref(), None, None)
+            .map_err(|e| ApiError::bad_request(S, e))?;
+        chat.enable_thinking = match &req.think {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(Value::String(l)) if ["low", "medium", "high"].contains(&l.as_str()) => Some(true),
+            Some(other) => {
+                return Err(ApiError::bad_request(
+                    S,
+                    format!("think is {other}; send true, false, \"low\", \"medium\" or \"high\""),
+                ))
+            }
+        };
+        if !chat.tools.is_empty() && req.format.as_ref().is_some_and(|f| !f.is_null() && f != "") {
             return Err(ApiError::bad_request(
                 S,
-                "this model does not support tools: snug does not call functions; send the \
-                 request without `tools`",
+                "format cannot be combined with tools: a call is already held to its tool's \
+                 schema; send one or the other",
             ));
         }
+        crate::tools::history(&mut req.messages);
         let has_images = |m: &ChatMessage| {
             m.extra.get("images").is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty()))
         };
@@ -314,8 +354,10 @@ impl Chat {
                 format!("messages[{i}] has images, but this model reads text only"),
             ));
         }
+        let mut settings = settings(req.options, req.format)?;
+        settings.chat = chat;
         Ok(Chat {
-            settings: settings(req.options, req.format)?,
+            settings,
             model: req.model,
             messages: some_messages(S, req.messages)?,
             stream: req.stream.unwrap_or(true),
@@ -391,6 +433,9 @@ fn final_fields(v: &mut Value, f: &Finish) {
     v["eval_duration"] = json!(ns(f.generation));
 }
 
+/// What `/api/show` says the model can do: `completion`, with `tools` when its template
+/// renders tool calls in a format snug parses, `thinking` when it has a reasoning section.
+
 /// Whether the answer is chat messages or plain `response` text.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -417,9 +462,54 @@ async fn respond(
     s: Settings,
     stream: bool,
 ) -> Result<Response, ApiError> {
+    let mut parser = match kind {
+        Kind::Chat => s.chat.parser(),
+        Kind::Generate => None,
+    };
     let adapters = st.adapter_set(S, asked, None).await?;
     let (rx, _) = st.submit(S, ticket, prompt, s, adapters, None)?;
     let model = st.answer_model(asked);
+    if let Some(mut parser) = parser.take_if(|_| stream) {
+        // Content and thinking as they come, each call whole once it ends.
+        let mut calls = Vec::new();
+        let body = event_body(rx, move |ev| {
+            let (pieces, done) = match ev {
+                Event::Text(t) => (crate::tools::pieces(&mut parser, Some(&t)), None),
+                Event::Done(f) => (crate::tools::pieces(&mut parser, None), Some(f)),
+                Event::Failed(e) => return format!("{}\n", json!({ "error": e })),
+            };
+            let mut out = String::new();
+            if let Some(m) = crate::tools::ollama_message(&pieces, &mut calls) {
+                let mut v = record(kind, &model, "", false);
+                v["message"] = m;
+                out += &format!("{v}\n");
+            }
+            if let Some(f) = done {
+                let mut v = record(kind, &model, "", true);
+                final_fields(&mut v, &f);
+                out += &format!("{v}\n");
+            }
+            out
+        });
+        return Ok(streamed("application/x-ndjson", body));
+    }
+    if let Some(mut parser) = parser {
+        let (text, f) = collect(S, rx).await?;
+        let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
+        pieces.extend(crate::tools::pieces(&mut parser, None));
+        let o = engine::tools::ParsedOutput::gather(&pieces);
+        let mut v = record(kind, &model, &o.content, true);
+        if !o.reasoning.is_empty() {
+            v["message"]["thinking"] = json!(o.reasoning);
+        }
+        if !o.calls.is_empty() {
+            let calls: Vec<Value> =
+                o.calls.iter().map(|c| crate::tools::ollama_call(&c.name, &c.arguments)).collect();
+            v["message"]["tool_calls"] = json!(calls);
+        }
+        final_fields(&mut v, &f);
+        return Ok(axum::Json(v).into_response());
+    }
     if stream {
         let body = event_body(rx, move |ev| {
             let v = match ev {
@@ -569,8 +659,17 @@ fn model_file(c: &crate::ModelCard) -> String {
 /// file names a pooling (`{arch}.pooling_type`), as Ollama lists it. A decoder model still
 /// answers the embedding routes ([`crate::embeddings`], mean pooling), but its vectors were
 /// never trained for retrieval, so it does not claim the capability.
-fn capabilities(st: &AppState) -> Vec<&'static str> {
+/// What the model can do, in Ollama's words: `tools` and `thinking` from its chat template
+/// (`template`, its source), `insert` when it has FIM tokens, `embedding` when the file names a
+/// pooling (an embedding model).
+fn capabilities(st: &AppState, template: &str) -> Vec<&'static str> {
     let mut caps = vec!["completion"];
+    if crate::tools::renders_tools(template) {
+        caps.push("tools");
+    }
+    if crate::tools::has_thinking(template) {
+        caps.push("thinking");
+    }
     if engine::fim::FimTokens::of(&st.tok).is_ok() {
         caps.push("insert");
     }
@@ -597,7 +696,7 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
                 "template": template,
                 "details": details(&st),
                 "model_info": info,
-                "capabilities": capabilities(&st),
+                "capabilities": capabilities(&st, &template),
                 "modified_at": modified_at(&st),
             }))
             .into_response(),

@@ -38,6 +38,7 @@ use crate::api::{
 use crate::logprobs::{self, Rendering};
 use crate::scheduler::Ticket;
 use crate::scheduler::{Event, Finish, FinishReason};
+use crate::tools::ChatOptions;
 use crate::unix_now;
 
 const S: Style = Style::OpenAi;
@@ -107,20 +108,30 @@ pub struct Common {
     /// the schema accepts ([`engine::json_schema`] says which schemas; others are a 400);
     /// `{"type": "text"}`: no constraint.
     response_format: Option<ResponseFormat>,
-    /// Functions the model may call. snug calls none, so a list that is not empty is a 400
-    /// (llama-server without `--jinja` refuses them too) rather than silently dropped.
+    /// Functions the model may call (chat only): `{"type": "function", "function": {"name",
+    /// "description", "parameters"}}`, at most 64. The call is generated under the tool's
+    /// `parameters` schema ([`engine::json_schema`]; one it cannot enforce is a 400 naming the
+    /// tool); a template without a known call format is a 400.
     #[serde(default, deserialize_with = "limits::opt_tools")]
-    #[schemars(length(max = 0))]
+    #[schemars(length(max = 64))]
     tools: Option<Vec<Value>>,
-    /// `"none"` or `"auto"` (with no tools: no call); one that demands a call is a 400.
+    /// `"none"` (tools shown, no call), `"auto"` (the default: the call is constrained once the
+    /// model starts one), `"required"` (a call from the first token), or
+    /// `{"type": "function", "function": {"name": ...}}` (a call to that tool).
     #[schemars(with = "Option<ToolChoice>")]
     tool_choice: Option<Value>,
+    /// More than one call per answer (default true); false: one call at most.
+    parallel_tool_calls: Option<bool>,
+    /// `"none"`: a reasoning model's `<think>` section stays in `content` as generated;
+    /// `"auto"`/`"deepseek"` (the default): it goes to `reasoning_content`.
+    #[schemars(with = "Option<ReasoningFormat>")]
+    reasoning_format: Option<String>,
     /// The deprecated form of `tools`: refused when not empty.
     #[serde(default, deserialize_with = "limits::opt_tools")]
     #[schemars(length(max = 0))]
     functions: Option<Vec<Value>>,
     /// The deprecated form of `tool_choice`: `"none"` or `"auto"`.
-    #[schemars(with = "Option<ToolChoice>")]
+    #[schemars(with = "Option<FunctionCall>")]
     function_call: Option<Value>,
     /// Only `["text"]`: snug answers in text.
     #[serde(default, deserialize_with = "limits::opt_tools")]
@@ -151,10 +162,65 @@ enum TextModality {
 
 /// `tool_choice` as the spec describes it.
 #[derive(JsonSchema)]
-#[serde(rename_all = "snake_case")]
+#[serde(untagged)]
 #[schemars(rename = "OpenAiToolChoice")]
 #[allow(dead_code)]
 enum ToolChoice {
+    Mode(ToolChoiceMode),
+    Named(NamedToolChoice),
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiToolChoiceMode")]
+#[allow(dead_code)]
+enum ToolChoiceMode {
+    None,
+    Auto,
+    Required,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenAiNamedToolChoice")]
+#[allow(dead_code)]
+struct NamedToolChoice {
+    #[serde(rename = "type")]
+    kind: FunctionType,
+    function: FunctionName,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiFunctionType")]
+#[allow(dead_code)]
+enum FunctionType {
+    Function,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenAiFunctionName")]
+#[allow(dead_code)]
+struct FunctionName {
+    name: String,
+}
+
+/// `reasoning_format` as the schema states it.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiReasoningFormat")]
+#[allow(dead_code)]
+enum ReasoningFormat {
+    None,
+    Auto,
+    Deepseek,
+}
+
+/// The deprecated `function_call` as the spec describes it.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(rename = "OpenAiFunctionCall")]
+#[allow(dead_code)]
+enum FunctionCall {
     None,
     Auto,
 }
@@ -312,7 +378,34 @@ impl Chat {
         let req: ChatFields = from_json(S, body)?;
         let common: Common = from_json(S, body)?;
         let settings = settings(&common)?;
-        let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+        let mut settings = settings;
+        settings.chat = ChatOptions::new(
+            common.tools.as_deref(),
+            common.tool_choice.as_ref(),
+            common.parallel_tool_calls,
+        )
+        .map_err(|e| ApiError::bad_request(S, e))?;
+        settings.chat.raw_reasoning = match common.reasoning_format.as_deref() {
+            None | Some("auto") | Some("deepseek") => false,
+            Some("none") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(
+                    S,
+                    format!(
+                        "reasoning_format {other:?} is not one of \"none\", \"auto\", \"deepseek\""
+                    ),
+                ))
+            }
+        };
+        if !settings.chat.tools.is_empty() && settings.json.is_some() {
+            return Err(ApiError::bad_request(
+                S,
+                "response_format cannot be combined with tools: a call is already held to its \
+                 tool's schema; send one or the other",
+            ));
+        }
+        let mut messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+        crate::tools::history(&mut messages);
         let messages = some_messages(S, messages)?;
         let logprobs =
             crate::logprobs::asked(req.logprobs == Some(true), req.top_logprobs, "top_logprobs")
@@ -428,6 +521,12 @@ impl Completion {
                 "echo is not supported: the answer never repeats the prompt; send echo false or leave it out",
             ));
         }
+        if common.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(ApiError::bad_request(
+                S,
+                "tools are for /v1/chat/completions: a completion has no template to show them",
+            ));
+        }
         let settings = settings(&common)?;
         let prompt = req.prompt;
         let logprobs = crate::logprobs::asked(req.logprobs.is_some(), req.logprobs, "logprobs")
@@ -457,15 +556,9 @@ fn refuse_unsupported(c: &Common) -> Result<(), ApiError> {
         return bad("best_of must be 1: this server samples one answer per request");
     }
     let listed = |l: &Option<Vec<Value>>| l.as_ref().is_some_and(|t| !t.is_empty());
-    if listed(&c.tools) || demands_call(&c.tool_choice) {
-        return bad(
-            "tools are not supported: snug does not call functions; send the request without \
-             `tools` (and with `tool_choice` absent, \"none\" or \"auto\")",
-        );
-    }
     if listed(&c.functions) || demands_call(&c.function_call) {
-        return bad("functions are not supported: snug does not call functions; send the request \
-             without `functions` (and with `function_call` absent, \"none\" or \"auto\")");
+        return bad("functions (the deprecated form of tools) are not supported: send them as \
+             `tools` (and `tool_choice`)");
     }
     if c.modalities.as_ref().is_some_and(|m| m.iter().any(|x| x.as_str() != Some("text"))) {
         return bad("modalities may only be [\"text\"]: snug answers in text");
@@ -662,6 +755,7 @@ impl Kind {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn respond(
     st: &crate::AppState,
     ticket: Ticket,
@@ -670,6 +764,7 @@ async fn respond(
     settings: Settings,
     prompt: Vec<u32>,
     logprobs: Option<usize>,
+    mut parser: Option<engine::tools::OutputParser>,
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
     let (rx, mut lp) = start(st, ticket, kind, settings, prompt, adapters, logprobs)?;
@@ -685,6 +780,47 @@ async fn respond(
         }
         format!("data: {v}\n\n")
     };
+    if let Some(mut parser) = parser.take_if(|_| c.stream) {
+        // Content, reasoning and calls as their own deltas ([`crate::tools`]).
+        let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        let (mut first, mut called) = (true, Vec::new());
+        let body = event_body(rx, move |ev| {
+            let (pieces, done) = match ev {
+                Event::Text(t) => (crate::tools::pieces(&mut parser, Some(&t)), None),
+                Event::Done(f) => (crate::tools::pieces(&mut parser, None), Some(f)),
+                Event::Failed(e) => {
+                    let err =
+                        json!({"error": {"message": e, "type": "server_error", "code": null}});
+                    return format!("data: {err}\n\ndata: [DONE]\n\n");
+                }
+            };
+            let mut out = String::new();
+            if std::mem::take(&mut first) {
+                let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
+                out += &frame(role, None);
+            }
+            for delta in crate::tools::openai_deltas(&pieces, &mut called) {
+                let lp = logprobs::take(&mut lp);
+                let choice =
+                    json!({"index": 0, "delta": delta, "logprobs": lp, "finish_reason": null});
+                out += &frame(json!([choice]), None);
+            }
+            if let Some(f) = done {
+                let reason = match f.reason {
+                    FinishReason::Stop if called.iter().any(|&c| c) => "tool_calls",
+                    r => finish_reason(r),
+                };
+                let choice = json!({"index": 0, "delta": {}, "logprobs": logprobs::take(&mut lp), "finish_reason": reason});
+                out += &frame(json!([choice]), None);
+                if include_usage {
+                    out += &frame(json!([]), Some(usage(&f)));
+                }
+                out += "data: [DONE]\n\n";
+            }
+            out
+        });
+        return Ok(streamed("text/event-stream", body));
+    }
     if c.stream {
         let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let mut first = matches!(kind, Kind::Chat);
@@ -717,6 +853,16 @@ async fn respond(
     }
     let (text, f) = collect(S, rx).await?;
     let mut choice = kind.choice(Some(&text), Some(finish_reason(f.reason)), true);
+    if let Some(mut parser) = parser {
+        let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
+        pieces.extend(crate::tools::pieces(&mut parser, None));
+        let (message, called) =
+            crate::tools::openai_message(&engine::tools::ParsedOutput::gather(&pieces));
+        choice["message"] = message;
+        if called && f.reason == FinishReason::Stop {
+            choice["finish_reason"] = json!("tool_calls");
+        }
+    }
     choice["logprobs"] = logprobs::take(&mut lp);
     Ok(axum::Json(json!({
         "id": next_id(kind.id_prefix()),
@@ -734,7 +880,9 @@ pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
     let run = async {
         let body = body_bytes(S, body)?;
         let (ticket, req, prompt) = st.prepare_chat(S, body, Chat::decode, Chat::parts).await?;
-        respond(&st, ticket, Kind::Chat, &req.common, req.settings, prompt, req.logprobs).await
+        let parser = req.settings.chat.parser();
+        respond(&st, ticket, Kind::Chat, &req.common, req.settings, prompt, req.logprobs, parser)
+            .await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -792,7 +940,8 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
                 Ok((req, prompt))
             })
             .await?;
-        respond(&st, ticket, Kind::Text, &req.common, req.settings, prompt, req.logprobs).await
+        respond(&st, ticket, Kind::Text, &req.common, req.settings, prompt, req.logprobs, None)
+            .await
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

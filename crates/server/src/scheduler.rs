@@ -73,6 +73,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine::tools::{ToolGrammar, ToolMask};
 use engine::{JsonFormat, JsonMask, JsonVocab, Sampler, SamplerParams, StopMatcher};
 use model::kv::BLOCK_TOKENS;
 use model::{Batch, Context};
@@ -110,6 +111,9 @@ pub struct Request {
     /// vocabulary, checked by the caller; others are skipped). Log-probabilities stay the
     /// model's own.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Tool calls: the grammar a call is generated under (`engine::tools`); the answer ends
+    /// when its call section closes.
+    pub tools: Option<Arc<ToolGrammar>>,
 }
 
 impl Request {
@@ -123,7 +127,8 @@ impl Request {
     ) -> Request {
         let adapters = AdapterSet::default();
         let logit_bias = Vec::new();
-        Request { prompt, sampling, max_tokens, stop, json: None, logprobs, adapters, logit_bias }
+        let (json, tools) = (None, None);
+        Request { prompt, sampling, max_tokens, stop, json, logprobs, adapters, logit_bias, tools }
     }
 }
 
@@ -550,6 +555,8 @@ struct Seq {
     stops: StopMatcher,
     /// JSON mode's state (`Request::json`).
     json: Option<JsonMask>,
+    /// The tool-call grammar's state (`Request::tools`).
+    tools: Option<ToolMask>,
     /// The prompt, then each sampled token once it is to be fed: the tokens at the KV's
     /// positions, for the prefix cache.
     tokens: Vec<u32>,
@@ -649,6 +656,8 @@ struct Scheduler {
     /// An output row with a request's `logit_bias` added (allocated at the first such request:
     /// 4 bytes per vocabulary entry).
     biased: Vec<f32>,
+    /// The row of logits a tool-call grammar masks (one vocabulary's worth, reused).
+    tool_row: Vec<f32>,
 }
 
 impl Scheduler {
@@ -681,6 +690,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             life,
             biased: Vec::new(),
+            tool_row: Vec::new(),
         }
     }
 
@@ -866,9 +876,12 @@ impl Scheduler {
         self.counters.prefix_hit_tokens.inc_by(hit as u64);
         let seq = Seq {
             sampler,
-            decoder: StreamDecoder::new(self.tok.clone()),
+            // A call's markup may be control tokens (Qwen's `<tool_call>`): its text is kept
+            // for the parser when the request offers tools.
+            decoder: StreamDecoder::new(self.tok.clone()).with_special(job.req.tools.is_some()),
             stops: StopMatcher::new(&job.req.stop),
             json: job.req.json.as_ref().map(JsonMask::new),
+            tools: job.req.tools.as_ref().map(ToolGrammar::mask),
             tokens: job.req.prompt.clone(),
             n_past: hit,
             next: 0,
@@ -1048,31 +1061,34 @@ impl Scheduler {
             }
             &self.biased[..]
         };
+        let constrained = q.tools.as_ref().is_some_and(ToolMask::constrains);
         let tok = match &mut q.json {
+            _ if constrained => {
+                let (tk, tools) = (&self.tok, q.tools.as_ref()?);
+                let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
+                let vocab = json_vocab(&mut self.json_vocab, tk, logits.len());
+                self.tool_row.clear();
+                self.tool_row.extend_from_slice(logits);
+                let raw_piece = |t| tk.token_piece(t);
+                let row = &mut self.tool_row;
+                if !tools.apply(row, vocab, raw_piece, piece, |t| tk.is_eog(t)) {
+                    // Nothing continues the call: end rather than break the format.
+                    return Some(FinishReason::Stop);
+                }
+                allowed(row, q.sampler.sample(row))
+            }
             None => q.sampler.sample(logits),
             Some(json) => {
                 let tk = &self.tok;
                 // Control tokens have no text an answer may hold; the mask refuses empty pieces.
                 let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-                let vocab = match &mut self.json_vocab {
-                    Some(v) if v.len() == logits.len() => v,
-                    _ => self
-                        .json_vocab
-                        .insert(JsonVocab::new(logits.len(), piece, |t| tk.is_eog(t))),
-                };
+                let vocab = json_vocab(&mut self.json_vocab, tk, logits.len());
                 let Some(masked) = vocab.masked(logits, json, piece) else {
                     // Nothing the vocabulary holds continues the object (never met in practice:
                     // single-character tokens always do); end rather than break the format.
                     return Some(FinishReason::Stop);
                 };
-                let mut tok = q.sampler.sample(masked);
-                if masked[tok as usize] == f32::NEG_INFINITY {
-                    // Only the sampler's last-candidate fallback (float rounding in its draw
-                    // without min-p) can land on a refused token: take the best allowed one.
-                    tok = (0..masked.len())
-                        .max_by(|&a, &b| masked[a].total_cmp(&masked[b]))
-                        .map_or(tok, |t| t as u32);
-                }
+                let tok = allowed(masked, q.sampler.sample(masked));
                 if !tk.is_eog(tok) {
                     json.accept(tk.token_piece(tok));
                 }
@@ -1080,6 +1096,9 @@ impl Scheduler {
             }
         };
         q.sampler.accept(tok);
+        if let Some(tools) = q.tools.as_mut().filter(|_| !self.tok.is_eog(tok)) {
+            tools.accept(self.tok.token_piece(tok));
+        }
         let now = Instant::now();
         match q.last {
             None => self.counters.ttft.observe((now - q.admitted).as_secs_f64()),
@@ -1105,7 +1124,9 @@ impl Scheduler {
             q.stop_hit = true;
             return Some(FinishReason::Stop);
         }
-        if q.json.as_ref().is_some_and(JsonMask::is_complete) {
+        if q.json.as_ref().is_some_and(JsonMask::is_complete)
+            || q.tools.as_ref().is_some_and(ToolMask::is_complete)
+        {
             return Some(FinishReason::Stop);
         }
         if q.n_gen >= q.job.req.max_tokens {
@@ -1118,6 +1139,26 @@ impl Scheduler {
         q.tokens.push(tok);
         None
     }
+}
+
+/// The JSON vocabulary table for `n` tokens, built at the first constrained request.
+fn json_vocab<'a>(slot: &'a mut Option<JsonVocab>, tk: &Tokenizer, n: usize) -> &'a mut JsonVocab {
+    if slot.as_ref().is_some_and(|v| v.len() != n) {
+        *slot = None;
+    }
+    slot.get_or_insert_with(|| {
+        let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
+        JsonVocab::new(n, piece, |t| tk.is_eog(t))
+    })
+}
+
+/// `tok`, or the best token `masked` allows when `tok` is refused: only the sampler's
+/// last-candidate fallback (float rounding in its draw without min-p) can land on one.
+fn allowed(masked: &[f32], tok: u32) -> u32 {
+    if masked[tok as usize] > f32::NEG_INFINITY {
+        return tok;
+    }
+    (0..masked.len()).max_by(|&a, &b| masked[a].total_cmp(&masked[b])).map_or(tok, |t| t as u32)
 }
 
 /// A panic's message, for the failed request's error.

@@ -186,9 +186,22 @@ impl ChatTemplate {
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<ChatPrompt, ChatError> {
-        let real = self.render_hf(messages, tools, add_generation_prompt)?;
+        self.render_prompt_thinking(messages, tools, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render_prompt`] with the template variable `enable_thinking` (which
+    /// Qwen3's and the DeepSeek-R1 distills' templates read) set, or left undefined (`None`).
+    pub fn render_prompt_thinking(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
+    ) -> Result<ChatPrompt, ChatError> {
+        let gen = (add_generation_prompt, enable_thinking);
+        let real = self.render_with(messages, tools, gen)?;
         let mut contents = self
-            .marked_contents(messages, tools, add_generation_prompt, &real)
+            .marked_contents(messages, tools, gen, &real)
             .unwrap_or_else(|| searched_contents(messages, &real));
         let mut text = real;
         if self.strip_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
@@ -214,7 +227,7 @@ impl ChatTemplate {
         &self,
         messages: &[ChatMessage],
         tools: &[serde_json::Value],
-        add_generation_prompt: bool,
+        gen: (bool, Option<bool>),
         real: &str,
     ) -> Option<Vec<Range<usize>>> {
         if messages.iter().all(|m| m.content.is_empty()) {
@@ -242,7 +255,7 @@ impl ChatTemplate {
                 ChatMessage { content, ..m.clone() }
             })
             .collect();
-        let marked = self.render_hf(&marked, tools, add_generation_prompt).ok()?;
+        let marked = self.render_with(&marked, tools, gen).ok()?;
         // The marked render: template text, then a marker, and so on.
         let mut pieces: Vec<(&str, Option<usize>)> = Vec::new();
         let mut rest = marked.as_str();
@@ -299,12 +312,24 @@ impl ChatTemplate {
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with(messages, tools, (add_generation_prompt, None))
+    }
+
+    /// [`ChatTemplate::render_hf`] with `enable_thinking` defined when `gen.1` is.
+    fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        gen: (bool, Option<bool>),
+    ) -> Result<String, ChatError> {
         let tmpl = self.env.get_template(NAME).map_err(ChatError::Render)?;
         let tools = if tools.is_empty() { Value::UNDEFINED } else { Value::from_serialize(tools) };
+        let thinking = gen.1.map_or(Value::UNDEFINED, Value::from);
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             tools => tools,
-            add_generation_prompt => add_generation_prompt,
+            add_generation_prompt => gen.0,
+            enable_thinking => thinking,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };

@@ -1,0 +1,55 @@
+//! Tool calls and reasoning over loopback (issue 31), driven by the official Python clients
+//! (`serve_tools.py`): qwen2.5-coder-0.5b with its own Hermes template (calls, streamed and
+//! not, `required`, a named tool, a tool result sent back, Ollama's whole calls), then with a
+//! DeepSeek-R1 template that opens `<think>` in the prompt and a Qwen3 template whose prompt
+//! does not (`--chat-template-file`): reasoning split off on both APIs, streamed and not.
+
+mod common;
+
+use std::process::Command;
+
+use common::serve::Server;
+
+const ALIAS: &str = "qwen2.5-coder-0.5b";
+
+fn run_script(extra: &[&str], mode: &str) {
+    let model = common::model(ALIAS);
+    let mut args = vec!["--name", ALIAS, "--parallel", "1", "--ctx", "2048", "--threads", "2"];
+    args.extend_from_slice(extra);
+    let server = Server::start(&model, &args);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_tools.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args([server.url().as_str(), ALIAS, mode])
+        .output()
+        .expect("python3 runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !stderr.contains("No module named"),
+        "the Python clients are missing: `python3 -m pip install openai ollama`\n{stderr}"
+    );
+    assert!(out.status.success(), "serve_tools.py {mode} failed:\n{stdout}\n{stderr}");
+    println!("{stdout}");
+}
+
+fn template(name: &str) -> String {
+    format!("{}/../../testdata/templates/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn tool_calls_through_the_openai_and_ollama_clients() {
+    run_script(&[], "tools");
+}
+
+#[test]
+fn reasoning_opened_by_the_prompt_is_split_off() {
+    let t = template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    run_script(&["--chat-template-file", &t], "open");
+}
+
+#[test]
+fn reasoning_the_output_would_open_is_only_split_at_the_start() {
+    let t = template("Qwen-Qwen3-0.6B.jinja");
+    run_script(&["--chat-template-file", &t], "tagged");
+}
