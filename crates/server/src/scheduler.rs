@@ -921,6 +921,7 @@ impl Scheduler {
             }
         }
         let n_decode = self.batch.len();
+        let panel_blocks = self.ctx.panel_blocks();
         let ubatch = self.ctx.params.n_ubatch.max(1);
         let mut budget = if n_decode == 0 {
             ubatch
@@ -935,7 +936,8 @@ impl Scheduler {
             if !q.prefilling() {
                 continue;
             }
-            let n = prefill_take(q.n_past, q.job.req.prompt.len() - q.n_past, budget);
+            let left = q.job.req.prompt.len() - q.n_past;
+            let n = if panel_blocks { prefill_take(q.n_past, left, budget) } else { left.min(budget) };
             for i in 0..n {
                 let pos = q.n_past + i;
                 let last = pos + 1 == q.job.req.prompt.len();
@@ -966,7 +968,6 @@ impl Scheduler {
             }
         }
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
-        let panel_blocks = self.ctx.panel_blocks();
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
                 // With prefill panels, a cold run computes a prompt's whole blocks on them and
