@@ -937,7 +937,8 @@ impl Scheduler {
                 continue;
             }
             let left = q.job.req.prompt.len() - q.n_past;
-            let n = if panel_blocks { prefill_take(q.n_past, left, budget) } else { left.min(budget) };
+            let n =
+                if panel_blocks { prefill_take(q.n_past, left, budget) } else { left.min(budget) };
             for i in 0..n {
                 let pos = q.n_past + i;
                 let last = pos + 1 == q.job.req.prompt.len();
