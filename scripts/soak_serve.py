@@ -229,12 +229,23 @@ def metric(port, name):
     return None
 
 
-def fill_pool(port, seed, until, stats, n_ctx):
-    """Distinct prompts of half a context until the KV pool has no free block (finished
-    requests' blocks stay in the prefix cache), so RSS after this is the working size."""
+def fill_pool(port, seed, until, stats, n_ctx, filled):
+    """Distinct prompts of half a context until the KV pool has had no free block once (every
+    block has then been written), so RSS after this is the working size. `filled` (a
+    threading.Event set by `watch_pool`) stops every filler."""
     rng = random.Random(seed)
-    while time.monotonic() < until and (metric(port, "snug_kv_blocks_free") or 0) > 0:
+    while time.monotonic() < until and not filled.is_set():
         sse_completion(port, rng, stats, n_ctx, longest=True)
+
+
+def watch_pool(port, until, filled):
+    """Sets `filled` once the KV pool shows no free block. The free count rises again whenever
+    a sequence finishes (blocks the prefix cache does not keep go back to the pool), so it is
+    polled twice a second rather than read between requests."""
+    while time.monotonic() < until and not filled.is_set():
+        if (metric(port, "snug_kv_blocks_free") or 0) == 0:
+            filled.set()
+        time.sleep(0.5)
 
 
 def client(port, seed, until, stats, n_ctx):
@@ -329,11 +340,15 @@ def main():
         # Warm-up: fill the KV pool (at most --warm-up minutes), then the mix for 30 s.
         warm = Stats()
         t_warm = time.monotonic()
+        filled = threading.Event()
         ts = [threading.Thread(target=fill_pool, args=(a.port, 2000 + i, t_warm + 60 * a.warm_up,
-                                                       warm, n_ctx)) for i in range(a.clients)]
+                                                       warm, n_ctx, filled))
+              for i in range(a.clients)]
+        ts.append(threading.Thread(target=watch_pool, args=(a.port, t_warm + 60 * a.warm_up,
+                                                            filled)))
         [t.start() for t in ts]
         [t.join() for t in ts]
-        free = metric(a.port, "snug_kv_blocks_free")
+        free = 0 if filled.is_set() else metric(a.port, "snug_kv_blocks_free")
         ts = [threading.Thread(target=client, args=(a.port, 1000 + i, time.monotonic() + 30,
                                                     warm, n_ctx)) for i in range(a.clients)]
         [t.start() for t in ts]

@@ -62,6 +62,8 @@ fn same(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn a_prompt_token_gets_the_same_logits_in_any_batch() {
+    // The panels are opt-in; this binary's only test turns them on before any matmul reads it.
+    std::env::set_var("SNUG_PANELS", "1");
     let m = model();
     let toks = prompt(150, 7);
     let alone = chunked(&mut context(&m, 512), &toks, &[150]);

@@ -946,6 +946,7 @@ impl Scheduler {
             }
         }
         let n_decode = self.batch.len();
+        let panel_blocks = self.ctx.panel_blocks();
         let ubatch = self.ctx.params.n_ubatch.max(1);
         let mut budget = if n_decode == 0 {
             ubatch
@@ -961,7 +962,9 @@ impl Scheduler {
                 continue;
             }
             let len = q.job.req.prompt.len();
-            let n = prefill_take(q.n_past, len - q.n_past, budget);
+            let left = len - q.n_past;
+            let n =
+                if panel_blocks { prefill_take(q.n_past, left, budget) } else { left.min(budget) };
             for i in 0..n {
                 let pos = q.n_past + i;
                 let tok = q.job.req.prompt[pos];
@@ -997,7 +1000,6 @@ impl Scheduler {
             }
         }
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
-        let panel_blocks = self.ctx.panel_blocks();
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
                 // With prefill panels, a cold run computes a prompt's whole blocks on them and

@@ -114,7 +114,7 @@ pub fn matmul_multi_with(
 
 /// [`matmul_multi`] where the activation rows in `panels` (sorted, disjoint, inside `0..m`) may
 /// run on the prefill panels, if the path has them for the weight type, the run is at least
-/// [`PANEL_MIN_TOKENS`] rows and `SNUG_PANELS` is not `0` ([`panels_enabled`]). A row's result
+/// [`PANEL_MIN_TOKENS`] rows and `SNUG_PANELS=1` ([`panels_enabled`]). A row's result
 /// then depends on whether it is in `panels`, and on nothing else in the batch.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_multi_panels(
@@ -145,11 +145,15 @@ pub fn matmul_panels_with(
     matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&(0..m)))
 }
 
-/// Whether [`matmul_multi_panels`] takes the prefill panels: yes unless `SNUG_PANELS=0` (to
-/// compare against the row kernels).
+/// Whether [`matmul_multi_panels`] takes the prefill panels: only with `SNUG_PANELS=1`. The
+/// rule that keeps results independent of the batch (whole position blocks) makes the server
+/// prefill in whole blocks, and under concurrent decoding that is a block where the chunk
+/// sizer asks for a few tokens; an 8-stream soak with them had 5× the inter-token latency of an
+/// earlier one without (BENCHMARKS.md). They become the default once a token's kernel is a
+/// property of the token (a whole block of its prompt), whatever chunk carries it.
 pub fn panels_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SNUG_PANELS").map_or(true, |v| v.trim() != "0"))
+    *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Whether [`matmul_multi_panels`] runs matrices of type `ty` on the prefill panels on this
