@@ -261,6 +261,7 @@ fn server() -> &'static Server {
             max_loras: 4,
             drain_timeout: std::time::Duration::from_secs(30),
             pooling: None,
+            chat_template: None,
         };
         let state = server::open(model, tok, &path, params, &opts, |_, _| Ok(()))
             .expect("the server opens");
