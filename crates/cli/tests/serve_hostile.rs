@@ -283,7 +283,7 @@ fn cases() -> Vec<Case> {
         ),
         case("best_of", cmp, completion(json!({"best_of": 2})), 400, "best_of"),
         case("echo", cmp, completion(json!({"echo": true})), 400, "echo"),
-        // Honoured since fill-in-the-middle exists (the test model has FIM tokens).
+        // A suffix fills in the middle on this FIM model (serve_fim_embed.rs checks the text).
         case("suffix", cmp, completion(json!({"suffix": "y"})), 200, ""),
         case("functions", c, chat(json!({"functions": [{"name": "f"}]})), 400, "functions"),
         case("function_call", c, chat(json!({"function_call": {"name": "f"}})), 400, "function"),
@@ -322,11 +322,11 @@ fn cases() -> Vec<Case> {
         ),
         case("context", gen, json!({"prompt": "hi", "context": [1, 2, 3]}), 400, "context"),
         case(
-            "Ollama suffix",
+            "Ollama suffix with raw",
             gen,
-            json!({"prompt": "hi", "suffix": "y", "stream": false, "options": {"num_predict": 2}}),
-            200,
-            "",
+            json!({"prompt": "hi", "suffix": "y", "raw": true}),
+            400,
+            "raw",
         ),
         // Accepted at the edges of their ranges.
         case("seed u64::MAX", cmp, completion(json!({"seed": u64::MAX})), 200, ""),
