@@ -148,9 +148,9 @@ pub fn matmul_panels_with(
 /// Whether [`matmul_multi_panels`] takes the prefill panels: only with `SNUG_PANELS=1`. The
 /// rule that keeps results independent of the batch (whole position blocks) makes the server
 /// prefill in whole blocks, and under concurrent decoding that is a block where the chunk
-/// sizer asks for a few tokens; an 8-stream soak with them had 5× the inter-token latency of an
-/// earlier one without (BENCHMARKS.md). They become the default once a token's kernel is a
-/// property of the token (a whole block of its prompt), whatever chunk carries it.
+/// sizer asks for a few tokens, which lengthens every stream's inter-token gaps (BENCHMARKS.md,
+/// issue 30). They become the default once a token's kernel is a property of the token (a
+/// whole block of its prompt), whatever chunk carries it.
 pub fn panels_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
