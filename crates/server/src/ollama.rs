@@ -433,9 +433,6 @@ fn final_fields(v: &mut Value, f: &Finish) {
     v["eval_duration"] = json!(ns(f.generation));
 }
 
-/// What `/api/show` says the model can do: `completion`, with `tools` when its template
-/// renders tool calls in a format snug parses, `thinking` when it has a reasoning section.
-
 /// Whether the answer is chat messages or plain `response` text.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -659,9 +656,10 @@ fn model_file(c: &crate::ModelCard) -> String {
 /// file names a pooling (`{arch}.pooling_type`), as Ollama lists it. A decoder model still
 /// answers the embedding routes ([`crate::embeddings`], mean pooling), but its vectors were
 /// never trained for retrieval, so it does not claim the capability.
-/// What the model can do, in Ollama's words: `tools` and `thinking` from its chat template
-/// (`template`, its source), `insert` when it has FIM tokens, `embedding` when the file names a
-/// pooling (an embedding model).
+/// What `/api/show` says the model can do: `completion`; `tools` when its template (`template`,
+/// its source) renders tool calls in a format snug parses, `thinking` when it has a reasoning
+/// section; `insert` when it has FIM tokens; `embedding` when the file names a pooling (an
+/// embedding model, as Ollama means it).
 fn capabilities(st: &AppState, template: &str) -> Vec<&'static str> {
     let mut caps = vec!["completion"];
     if crate::tools::renders_tools(template) {
