@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use server::adapters::{check_lora, check_name, confine, AddRequest, Confine, LoraScale};
-use server::api::{from_json, ApiError, Style};
+use server::error::{from_json, ApiError, Style};
 
 /// A directory with `a.gguf`, `inner.gguf` (a symlink to it), `out.gguf` (a symlink to a file
 /// outside) and `up.gguf` (a symlink to the parent), beside a file `outside.gguf`.

@@ -1,4 +1,4 @@
-//! Fuzz the server's request decoding (`server::api::decode`): byte 0 picks a route that takes
+//! Fuzz the server's request decoding (`server::requests::decode`): byte 0 picks a route that takes
 //! a body (`/v1/chat/completions`, `/v1/completions`, `/api/show`, `/api/chat`,
 //! `/api/generate`, `/api/pull`), the rest is the body, through the same decoding and
 //! validation the route's handler runs before it meets the model. Nothing may panic or
@@ -13,7 +13,9 @@
 
 use futures_util::FutureExt;
 use libfuzzer_sys::fuzz_target;
-use server::api::{decode, ApiError, BodyRoute, Decoded, Settings, Style};
+use server::api::Settings;
+use server::error::{ApiError, Style};
+use server::requests::{decode, BodyRoute, Decoded};
 
 fn check_settings(s: &Settings) {
     assert!(s.sampling.validate().is_ok(), "decoded settings do not validate: {s:?}");

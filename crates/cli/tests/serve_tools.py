@@ -1,12 +1,15 @@
 """Tool calls and reasoning through the official Python clients (PyPI `openai`, `ollama`) against
 `snug serve` (issue 31). Usage: serve_tools.py BASE_URL MODEL MODE, MODE one of `tools` (the
 model's own Hermes template), `open` (a template that opens <think> in the prompt), `tagged`
-(a template with a thinking section the output would open). Exits non-zero on a failed check.
+(a template with a thinking section the output would open), `format` (a template of another
+call format: Llama 3.x or Mistral). Exits non-zero on a failed check.
 """
 
 import json
 import sys
+import urllib.request
 
+import jsonschema
 import ollama
 import openai
 
@@ -76,6 +79,51 @@ def accumulate(stream):
     return [calls[i] for i in sorted(calls)], content, reasoning, finish
 
 
+def post(path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def json_schema(v):
+    """An OpenAPI 3.0 schema as JSON Schema: `nullable: true` becomes a null alternative."""
+    if isinstance(v, list):
+        return [json_schema(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    out = {k: json_schema(x) for k, x in v.items() if k != "nullable"}
+    if v.get("nullable"):
+        out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+with urllib.request.urlopen(base + "/openapi.json", timeout=30) as r:
+    spec = json_schema(json.loads(r.read()))
+
+
+def conforms(name, answer):
+    """The answer against the component `name` of the server's own /openapi.json."""
+    schema = dict(spec["components"]["schemas"][name], components=spec["components"])
+    try:
+        jsonschema.validate(answer, schema)
+    except jsonschema.ValidationError as e:
+        check(False, f"{name} as /openapi.json states it: {e.message} in {answer}")
+    check(True, name)
+
+
+def round_trip(ask):
+    """A forced call, then its result sent back (the call as the SDK gives it, the result as a
+    `tool` message): the first reply and the answer to the result."""
+    first = oa.chat.completions.create(messages=ask, tools=[weather], tool_choice="required", **greedy)
+    call = first.choices[0].message.tool_calls[0]
+    follow = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp": 18, "sky": "clear"})},
+    ]
+    return first, oa.chat.completions.create(messages=follow, tools=[weather], tool_choice="none", **greedy)
+
+
 def reasoning_of(msg):
     return getattr(msg, "reasoning_content", None) or (msg.model_extra or {}).get("reasoning_content")
 
@@ -97,6 +145,8 @@ if mode == "tools":
     check([(c["name"], c["arguments"]) for c in calls] == whole,
           f"streamed calls {calls} == whole {whole}")
     check(all(c["id"] for c in calls), "each streamed call has an id")
+    conforms("ChatCompletion", post("/v1/chat/completions", dict(
+        messages=ask, tools=[weather, clock], **greedy)))
 
     # required: a valid call whatever the prompt, sampled or not.
     prompts = ["Hello!", "Write a haiku about the sea.", "What is 2 + 2?", "Tell me the time in Tokyo."]
@@ -124,13 +174,7 @@ if mode == "tools":
     check(not r.choices[0].message.tool_calls and r.choices[0].message.content, "none: text")
 
     # The tool's result sent back: a final answer in text.
-    first = oa.chat.completions.create(messages=ask, tools=[weather], tool_choice="required", **greedy)
-    call = first.choices[0].message.tool_calls[0]
-    follow = ask + [
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp": 18, "sky": "clear"})},
-    ]
-    final = oa.chat.completions.create(messages=follow, tools=[weather], tool_choice="none", **greedy)
+    first, final = round_trip(ask)
     fm = final.choices[0].message
     check(final.choices[0].finish_reason in ("stop", "length") and fm.content and not fm.tool_calls,
           f"a final answer after the tool result: {fm}")
@@ -162,6 +206,8 @@ if mode == "tools":
     streamed = [c for p in parts for c in (p.message.tool_calls or [])]
     check([(c.function.name, dict(c.function.arguments)) for c in streamed]
           == [(c.function.name, dict(c.function.arguments)) for c in tc], "ollama streamed calls")
+    conforms("OllamaChatRecord", post("/api/chat", dict(
+        model=model, messages=ask, tools=[weather], stream=False, options={"temperature": 0})))
     show = ol.show(model)
     check("tools" in show.capabilities, f"/api/show lists tools: {show.capabilities}")
 
@@ -187,6 +233,25 @@ elif mode == "open":
           and "".join(p.message.content or "" for p in parts) == 'answer"', "ollama streamed split")
     o = ol.chat(model=model, messages=ask, format=schema, think=False, options={"temperature": 0})
     check(not o.message.thinking, f"think false: no thinking ({o.message})")
+    # /api/generate renders the prompt through the same template: thinking apart there too.
+    g = ol.generate(model=model, prompt="Think, then answer.", format=schema, options={"temperature": 0})
+    check(g.thinking == '"plan' and g.response == 'answer"', f"generate split {g}")
+    parts = list(ol.generate(model=model, prompt="Think, then answer.", format=schema,
+                             options={"temperature": 0}, stream=True))
+    check("".join(p.thinking or "" for p in parts) == '"plan'
+          and "".join(p.response or "" for p in parts) == 'answer"', "generate streamed split")
+    try:
+        ol.generate(model=model, prompt="x", raw=True, think=True)
+        check(False, "think with raw is refused")
+    except ollama.ResponseError as e:
+        check(e.status_code == 400 and "think" in str(e), f"think with raw: {e}")
+    conforms("ChatCompletion", post("/v1/chat/completions", dict(
+        messages=ask, response_format=fmt, **greedy)))
+    conforms("OllamaChatRecord", post("/api/chat", dict(
+        model=model, messages=ask, format=schema, stream=False, options={"temperature": 0})))
+    conforms("OllamaGenerateRecord", post("/api/generate", dict(
+        model=model, prompt="Think, then answer.", format=schema, stream=False,
+        options={"temperature": 0})))
     check("thinking" in ol.show(model).capabilities, "/api/show lists thinking")
     # Unforced: all of it is reasoning (no </think> was written) and equals the raw text.
     ask2 = [{"role": "user", "content": "Say hi."}]
@@ -222,5 +287,35 @@ elif mode == "tagged":
                                          {"role": "assistant", "content": "Hello", "thinking": "greet"},
                                          {"role": "user", "content": "Again"}],
                   options={"temperature": 0, "num_predict": 4}).message is not None, "thinking in history")
+
+elif mode == "format":
+    # Another family's template over the same weights: the call is forced (`required`), so its
+    # format is the template's, and the result goes back through the template's tool turn.
+    ask = [{"role": "user", "content": "What's the weather like in Paris right now? Use celsius."}]
+    r = oa.chat.completions.create(messages=ask, tools=[weather, clock], tool_choice="required", **greedy)
+    m = r.choices[0].message
+    check(r.choices[0].finish_reason == "tool_calls" and m.tool_calls, f"required: a call {m}")
+    for c in m.tool_calls:
+        check(valid(json.loads(c.function.arguments), schemas[c.function.name]),
+              f"arguments validate: {c.function.arguments}")
+    whole = [(c.function.name, c.function.arguments) for c in m.tool_calls]
+    calls, _, _, finish = accumulate(oa.chat.completions.create(
+        messages=ask, tools=[weather, clock], tool_choice="required", stream=True, **greedy))
+    check(finish == "tool_calls" and [(c["name"], c["arguments"]) for c in calls] == whole,
+          f"streamed calls {calls} == whole {whole}")
+    r = oa.chat.completions.create(messages=ask, tools=[weather, clock],
+                                   tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                   **greedy)
+    check([c.function.name for c in r.choices[0].message.tool_calls] == ["get_time"], "named tool")
+    conforms("ChatCompletion", post("/v1/chat/completions", dict(
+        messages=ask, tools=[weather], tool_choice="required", **greedy)))
+    first, final = round_trip(ask)
+    fm = final.choices[0].message
+    # These weights were not trained on this template, so what they answer is theirs; the
+    # template took the call and the result (more prompt than the question alone).
+    check(final.choices[0].finish_reason in ("stop", "length") and not fm.tool_calls,
+          f"an answer after the tool result: {final.choices[0]}")
+    check(final.usage.prompt_tokens > first.usage.prompt_tokens + 10,
+          f"the call and its result are in the prompt: {final.usage} vs {first.usage}")
 
 print(f"{mode}: {checks} checks passed")

@@ -2,7 +2,8 @@
 //! (`serve_tools.py`): qwen2.5-coder-0.5b with its own Hermes template (calls, streamed and
 //! not, `required`, a named tool, a tool result sent back, Ollama's whole calls), then with a
 //! DeepSeek-R1 template that opens `<think>` in the prompt and a Qwen3 template whose prompt
-//! does not (`--chat-template-file`): reasoning split off on both APIs, streamed and not.
+//! does not (`--chat-template-file`): reasoning split off on both APIs, streamed and not. Llama
+//! 3.1's and Mistral Nemo's templates: calls in their formats, a tool result sent back.
 
 mod common;
 
@@ -52,4 +53,16 @@ fn reasoning_opened_by_the_prompt_is_split_off() {
 fn reasoning_the_output_would_open_is_only_split_at_the_start() {
     let t = template("Qwen-Qwen3-0.6B.jinja");
     run_script(&["--chat-template-file", &t], "tagged");
+}
+
+#[test]
+fn llama3_calls_through_its_own_template() {
+    let t = template("meta-llama-Llama-3.1-8B-Instruct.jinja");
+    run_script(&["--chat-template-file", &t], "format");
+}
+
+#[test]
+fn mistral_calls_through_its_own_template() {
+    let t = template("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+    run_script(&["--chat-template-file", &t], "format");
 }

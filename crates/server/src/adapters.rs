@@ -59,7 +59,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{body_bytes, from_json, ApiError, Shared, Style};
+use crate::error::{body_bytes, from_json, ApiError, Style};
+use crate::Shared;
 
 /// One entry of llama-server's `lora` list (a request's field and `POST /lora-adapters`'
 /// body): an adapter by its index in `GET /lora-adapters`, and its scale.

@@ -24,12 +24,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::api::limits;
-use crate::api::{
-    body_bytes, collect, event_body, from_json, streamed, ApiError, Knobs, Settings, Shared, Style,
-};
+use crate::api::{collect, event_body, streamed, Knobs, Settings};
+use crate::error::{body_bytes, from_json, ApiError, Style};
 use crate::openapi::{json_or_stream, schema_of, ExtraRoute};
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::AppState;
+use crate::Shared;
 
 const S: Style = Style::OpenAi;
 

@@ -49,6 +49,7 @@ pub mod access;
 pub mod adapters;
 pub mod api;
 pub mod embeddings;
+pub mod error;
 pub mod fim;
 pub mod logprobs;
 pub mod metrics;
@@ -56,6 +57,8 @@ pub mod ollama;
 pub mod openai;
 pub mod openapi;
 pub mod replica;
+pub mod requests;
+pub mod routes;
 pub mod scheduler;
 pub mod tools;
 pub mod transport;
@@ -298,6 +301,9 @@ impl ModelCard {
     }
 }
 
+/// The state every handler reads (axum's extractor for it).
+pub type Shared = axum::extract::State<Arc<AppState>>;
+
 /// Everything a handler needs.
 pub struct AppState {
     pub engine: Handle,
@@ -411,7 +417,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> axum::Router {
         r
     });
     let extra = replica::routes().merge(fim::routes()).merge(embeddings::routes());
-    api::router(state, max_body, extra)
+    routes::router(state, max_body, extra)
 }
 
 /// Everything [`serve`] serves, before it binds: the scheduler running on a context of

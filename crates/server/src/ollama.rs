@@ -38,12 +38,11 @@ use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
 use crate::api::limits;
-use crate::api::{
-    body_bytes, collect, event_body, from_json, rfc3339, some_messages, streamed, ApiError, Knobs,
-    Settings, Shared, Style,
-};
+use crate::api::{collect, event_body, rfc3339, streamed, Knobs, Settings};
+use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::scheduler::{Event, Finish, FinishReason, Ticket};
 use crate::AppState;
+use crate::Shared;
 
 const S: Style = Style::Ollama;
 
@@ -203,6 +202,10 @@ pub struct GenerateRequest {
     /// Text after the answer: fill in the middle between `prompt` and this (needs a model
     /// with FIM tokens, see `/api/show`'s `insert` capability; not with `raw`).
     suffix: Option<String>,
+    /// As `/api/chat`'s `think`, for a prompt the chat template renders (not with `raw` or
+    /// `suffix`): the thinking comes back in `thinking`, the answer in `response`.
+    #[schemars(with = "Option<ThinkSchema>")]
+    think: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -307,6 +310,20 @@ impl Pull {
     }
 }
 
+/// `think` as the template's `enable_thinking`: absent, a boolean, or one of Ollama's levels
+/// (which count as `true`).
+fn think(v: Option<&Value>) -> Result<Option<bool>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::String(l)) if ["low", "medium", "high"].contains(&l.as_str()) => Ok(Some(true)),
+        Some(other) => Err(ApiError::bad_request(
+            S,
+            format!("think is {other}; send true, false, \"low\", \"medium\" or \"high\""),
+        )),
+    }
+}
+
 /// `/api/chat`'s request, decoded and validated.
 #[derive(Debug)]
 pub struct Chat {
@@ -326,17 +343,7 @@ impl Chat {
         let mut req: ChatRequest = from_json(S, body)?;
         let mut chat = crate::tools::ChatOptions::new(req.tools.as_deref(), None, None)
             .map_err(|e| ApiError::bad_request(S, e))?;
-        chat.enable_thinking = match &req.think {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(Value::String(l)) if ["low", "medium", "high"].contains(&l.as_str()) => Some(true),
-            Some(other) => {
-                return Err(ApiError::bad_request(
-                    S,
-                    format!("think is {other}; send true, false, \"low\", \"medium\" or \"high\""),
-                ))
-            }
-        };
+        chat.enable_thinking = think(req.think.as_ref())?;
         if !chat.tools.is_empty() && req.format.as_ref().is_some_and(|f| !f.is_null() && f != "") {
             return Err(ApiError::bad_request(
                 S,
@@ -391,14 +398,19 @@ impl Generate {
             Some("context is not supported: send the conversation as messages to /api/chat")
         } else if text(&req.suffix) && req.raw {
             Some("suffix cannot go with raw: a suffix is placed by the model's FIM tokens; send one of them")
+        } else if (req.raw || text(&req.suffix)) && req.think.as_ref().is_some_and(|t| !t.is_null())
+        {
+            Some("think needs the chat template, which raw and suffix prompts skip; send think without them")
         } else {
             None
         };
         if let Some(m) = refused {
             return Err(ApiError::bad_request(S, m));
         }
+        let mut settings = settings(req.options, req.format)?;
+        settings.chat.enable_thinking = think(req.think.as_ref())?;
         Ok(Generate {
-            settings: settings(req.options, req.format)?,
+            settings,
             model: req.model,
             prompt: req.prompt,
             system: req.system,
@@ -449,6 +461,22 @@ fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
     v
 }
 
+/// A record holding `message` (`crate::tools::ollama_message`): as it is on `/api/chat`;
+/// on `/api/generate` its content is the `response` and its thinking `thinking`.
+fn message_record(kind: Kind, model: &str, mut m: Value) -> Value {
+    let mut v = record(kind, model, "", false);
+    match kind {
+        Kind::Chat => v["message"] = m,
+        Kind::Generate => {
+            v["response"] = m["content"].take();
+            if let Some(t) = m.get_mut("thinking") {
+                v["thinking"] = t.take();
+            }
+        }
+    }
+    v
+}
+
 /// Queues `prompt` with `settings` and answers as NDJSON records or one JSON object.
 async fn respond(
     st: &AppState,
@@ -459,10 +487,8 @@ async fn respond(
     s: Settings,
     stream: bool,
 ) -> Result<Response, ApiError> {
-    let mut parser = match kind {
-        Kind::Chat => s.chat.parser(),
-        Kind::Generate => None,
-    };
+    // Calls and thinking apart from the answer (a raw or FIM generate has neither).
+    let mut parser = s.chat.parser();
     let adapters = st.adapter_set(S, asked, None).await?;
     let (rx, _) = st.submit(S, ticket, prompt, s, adapters, None)?;
     let model = st.answer_model(asked);
@@ -477,9 +503,7 @@ async fn respond(
             };
             let mut out = String::new();
             if let Some(m) = crate::tools::ollama_message(&pieces, &mut calls) {
-                let mut v = record(kind, &model, "", false);
-                v["message"] = m;
-                out += &format!("{v}\n");
+                out += &format!("{}\n", message_record(kind, &model, m));
             }
             if let Some(f) = done {
                 let mut v = record(kind, &model, "", true);
@@ -497,7 +521,10 @@ async fn respond(
         let o = engine::tools::ParsedOutput::gather(&pieces);
         let mut v = record(kind, &model, &o.content, true);
         if !o.reasoning.is_empty() {
-            v["message"]["thinking"] = json!(o.reasoning);
+            match kind {
+                Kind::Chat => v["message"]["thinking"] = json!(o.reasoning),
+                Kind::Generate => v["thinking"] = json!(o.reasoning),
+            }
         }
         if !o.calls.is_empty() {
             let calls: Vec<Value> =

@@ -31,15 +31,14 @@ use tokenizer::ChatMessage;
 
 use crate::adapters::{AdapterSet, LoraScale};
 use crate::api::limits::{self, MAX_LORA_SCALE, MAX_TEMPERATURE};
-use crate::api::{
-    body_bytes, collect, event_body, from_json, some_messages, streamed, ApiError, Knobs, Settings,
-    Shared, Stop, Style,
-};
+use crate::api::{collect, event_body, streamed, Knobs, Settings, Stop};
+use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::logprobs::{self, Rendering};
 use crate::scheduler::Ticket;
 use crate::scheduler::{Event, Finish, FinishReason};
 use crate::tools::ChatOptions;
 use crate::unix_now;
+use crate::Shared;
 
 const S: Style = Style::OpenAi;
 
@@ -768,6 +767,7 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
     let (rx, mut lp) = start(st, ticket, kind, settings, prompt, adapters, logprobs)?;
+    let format = parser.as_ref().and_then(|p| p.format());
     let (id, created, model) =
         (next_id(kind.id_prefix()), unix_now(), st.answer_model(c.model.as_deref()));
     let frame = move |choices: Value, usage: Option<Value>| {
@@ -799,7 +799,7 @@ async fn respond(
                 let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
                 out += &frame(role, None);
             }
-            for delta in crate::tools::openai_deltas(&pieces, &mut called) {
+            for delta in crate::tools::openai_deltas(&pieces, format, &mut called) {
                 let lp = logprobs::take(&mut lp);
                 let choice =
                     json!({"index": 0, "delta": delta, "logprobs": lp, "finish_reason": null});
@@ -857,7 +857,7 @@ async fn respond(
         let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
         pieces.extend(crate::tools::pieces(&mut parser, None));
         let (message, called) =
-            crate::tools::openai_message(&engine::tools::ParsedOutput::gather(&pieces));
+            crate::tools::openai_message(&engine::tools::ParsedOutput::gather(&pieces), format);
         choice["message"] = message;
         if called && f.reason == FinishReason::Stop {
             choice["finish_reason"] = json!("tool_calls");

@@ -18,7 +18,8 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
-use crate::api::{BodyRoute, Style};
+use crate::error::Style;
+use crate::requests::BodyRoute;
 use crate::{adapters, ollama, openai};
 
 /// The document of a server that requires an API key (`auth`) or not, built on first use.
@@ -316,6 +317,21 @@ fn response_schemas() -> Map<String, Value> {
     );
     // `abort`: cut short by a drain whose grace period ran out (`replica`).
     let finish = json!({"type": "string", "enum": ["stop", "length", "abort"]});
+    let chat_finish = json!({"type": "string", "enum": ["stop", "length", "abort", "tool_calls"]});
+    // A call as OpenAI sends it (`arguments` a JSON text) and as Ollama does (an object).
+    let openai_call = obj(
+        &["id", "type", "function"],
+        json!({
+            "id": string, "type": {"type": "string", "enum": ["function"]},
+            "function": obj(&["name", "arguments"], json!({"name": string, "arguments": string})),
+        }),
+    );
+    let ollama_call = obj(
+        &["function"],
+        json!({"function": obj(&["name", "arguments"], json!({
+            "name": string, "arguments": {"type": "object", "nullable": true},
+        }))}),
+    );
     let completion = |choice: Value| {
         obj(
             &["id", "object", "created", "model", "choices", "usage"],
@@ -331,9 +347,14 @@ fn response_schemas() -> Map<String, Value> {
         &["index", "message", "finish_reason"],
         json!({
             "index": int,
-            "message": obj(&["role", "content"], json!({"role": string, "content": string})),
+            // `content` is null when the answer is only calls; `reasoning_content` is the
+            // thinking section, apart unless the request keeps the raw text (`tools`).
+            "message": obj(&["role", "content"], json!({
+                "role": string, "content": nullable_string, "reasoning_content": string,
+                "tool_calls": {"type": "array", "items": openai_call},
+            })),
             "logprobs": {"nullable": true},
-            "finish_reason": finish,
+            "finish_reason": chat_finish,
         }),
     );
     let text_choice = obj(
@@ -415,10 +436,20 @@ fn response_schemas() -> Map<String, Value> {
             "OllamaChatRecord",
             record((
                 "message",
-                obj(&["role", "content"], json!({"role": string, "content": string})),
+                obj(
+                    &["role", "content"],
+                    json!({
+                        "role": string, "content": string, "thinking": string,
+                        "tool_calls": {"type": "array", "items": ollama_call},
+                    }),
+                ),
             )),
         ),
-        ("OllamaGenerateRecord", record(("response", string.clone()))),
+        ("OllamaGenerateRecord", {
+            let mut r = record(("response", string.clone()));
+            r["properties"]["thinking"] = string.clone();
+            r
+        }),
         (
             "OllamaPullRecord",
             obj(

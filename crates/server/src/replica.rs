@@ -37,7 +37,7 @@ use axum::Router;
 use serde_json::json;
 
 use crate::adapters::{LoadRequest, UnloadRequest};
-use crate::api::{body_bytes, from_json, ApiError, Style};
+use crate::error::{body_bytes, from_json, ApiError, Style};
 use crate::AppState;
 
 /// Seconds a client refused while loading or draining is told to wait.

@@ -171,19 +171,37 @@ impl ChatOptions {
                 };
                 let start = if self.choice == Choice::Auto { Start::Lazy } else { Start::Now };
                 let max_calls = if self.parallel { usize::MAX } else { 1 };
-                self.grammar = Some(Arc::new(ToolGrammar { format, tools, start, max_calls }));
+                self.grammar = Some(Arc::new(ToolGrammar {
+                    format,
+                    tools,
+                    start,
+                    max_calls,
+                    reasoning: Reasoning::Off,
+                }));
             }
         }
         let thinks = has_thinking(source) && self.enable_thinking != Some(false);
-        self.reasoning = (thinks && !self.raw_reasoning).then_some(Reasoning::Tagged);
+        // The grammar follows the thinking section even where the raw text is kept.
+        self.set_thinking(thinks.then_some(Reasoning::Tagged));
         Ok(())
+    }
+
+    /// The output's thinking section: split off by the parser (unless the raw text is kept),
+    /// and free of the call grammar.
+    fn set_thinking(&mut self, r: Option<Reasoning>) {
+        self.reasoning = r.filter(|_| !self.raw_reasoning);
+        if let Some(g) = &mut self.grammar {
+            Arc::make_mut(g).reasoning = r.unwrap_or(Reasoning::Off);
+        }
     }
 
     /// The rendered prompt is known: a template that ends it with `<think>` opened the
     /// reasoning section itself (DeepSeek-R1 distills), so the output starts inside it.
     pub fn opened(&mut self, prompt: &str) {
-        if self.reasoning.is_some() && prompt.trim_end().ends_with("<think>") {
-            self.reasoning = Some(Reasoning::Open);
+        let thinks = self.reasoning.is_some()
+            || self.grammar.as_ref().is_some_and(|g| g.reasoning != Reasoning::Off);
+        if thinks && prompt.trim_end().ends_with("<think>") {
+            self.set_thinking(Some(Reasoning::Open));
         }
     }
 
@@ -235,14 +253,29 @@ pub fn history(messages: &mut [ChatMessage]) {
     }
 }
 
-/// A call id: `call_` and 24 hex digits, unique within the server's life.
-pub fn call_id() -> String {
+/// A call id, unique within the server's life: `call_` and 24 hex digits, or for Mistral's
+/// format 9 letters and digits, the only ids Mistral's templates accept back in history (they
+/// raise an error on any other).
+pub fn call_id(format: Option<Format>) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    format!("call_{t:016x}{:08x}", N.fetch_add(1, Ordering::Relaxed) as u32)
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    if format == Some(Format::Mistral) {
+        // 62^9 ids: the count in the low digits keeps them unique, the time varies the rest.
+        const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut v = (n as u128) | ((t as u128) << 32);
+        return (0..9)
+            .map(|_| {
+                let d = DIGITS[(v % 62) as usize] as char;
+                v /= 62;
+                d
+            })
+            .collect();
+    }
+    format!("call_{t:016x}{:08x}", n as u32)
 }
 
 /// The pieces `text` settles (`None`: the output ended, everything held comes out).
@@ -255,8 +288,13 @@ pub fn pieces(parser: &mut OutputParser, text: Option<&str>) -> Vec<Piece> {
     out
 }
 
-/// OpenAI's streamed deltas for `pieces`; notes in `called` whether a call was made.
-pub fn openai_deltas(pieces: &[Piece], called: &mut Vec<bool>) -> Vec<Value> {
+/// OpenAI's streamed deltas for `pieces` of an answer in `format`; notes in `called` whether a
+/// call was made.
+pub fn openai_deltas(
+    pieces: &[Piece],
+    format: Option<Format>,
+    called: &mut Vec<bool>,
+) -> Vec<Value> {
     let mut out = Vec::new();
     for p in pieces {
         match p {
@@ -268,7 +306,7 @@ pub fn openai_deltas(pieces: &[Piece], called: &mut Vec<bool>) -> Vec<Value> {
                 }
                 called[*index] = true;
                 out.push(json!({"tool_calls": [{
-                    "index": index, "id": call_id(), "type": "function",
+                    "index": index, "id": call_id(format), "type": "function",
                     "function": {"name": name, "arguments": ""},
                 }]}))
             }
@@ -287,8 +325,8 @@ pub fn openai_deltas(pieces: &[Piece], called: &mut Vec<bool>) -> Vec<Value> {
     out
 }
 
-/// OpenAI's whole `message` for a parsed answer, and whether it holds calls.
-pub fn openai_message(o: &engine::tools::ParsedOutput) -> (Value, bool) {
+/// OpenAI's whole `message` for a parsed answer in `format`, and whether it holds calls.
+pub fn openai_message(o: &engine::tools::ParsedOutput, format: Option<Format>) -> (Value, bool) {
     let mut m = Map::new();
     m.insert("role".into(), json!("assistant"));
     let called = !o.calls.is_empty();
@@ -304,7 +342,7 @@ pub fn openai_message(o: &engine::tools::ParsedOutput) -> (Value, bool) {
             .calls
             .iter()
             .map(|c| {
-                json!({"id": call_id(), "type": "function",
+                json!({"id": call_id(format), "type": "function",
                        "function": {"name": c.name, "arguments": c.arguments}})
             })
             .collect();
@@ -410,9 +448,22 @@ mod tests {
             &["f".to_string()],
             Reasoning::Off,
         );
-        let (m, called) = openai_message(&o);
+        let (m, called) = openai_message(&o, Some(Format::Hermes));
         assert!(called);
         assert_eq!(m["content"], Value::Null);
         assert_eq!(m["tool_calls"][0]["function"]["arguments"], json!("{\"x\": 1}"));
+    }
+
+    #[test]
+    fn mistral_call_ids_are_the_nine_characters_its_templates_take_back() {
+        let ids: Vec<String> = (0..1000).map(|_| call_id(Some(Format::Mistral))).collect();
+        for id in &ids {
+            assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        }
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len());
+        assert!(call_id(Some(Format::Hermes)).starts_with("call_"));
     }
 }

@@ -1,10 +1,10 @@
 //! Inputs the fuzz target `server_requests` (`fuzz/`) stopped on, kept under
 //! `tests/fixtures/fuzz/` (byte 0 picks the route, as in the target; the rest is the body) and
-//! replayed through `server::api::decode` with the outcome each must give.
+//! replayed through `server::requests::decode` with the outcome each must give.
 
-use server::api::{decode, BodyRoute, Decoded};
+use server::requests::{decode, BodyRoute, Decoded};
 
-fn replay(file: &str) -> (BodyRoute, Result<Decoded, server::api::ApiError>) {
+fn replay(file: &str) -> (BodyRoute, Result<Decoded, server::error::ApiError>) {
     let path = format!("{}/tests/fixtures/fuzz/{file}", env!("CARGO_MANIFEST_DIR"));
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let (&pick, body) = data.split_first().expect("a route byte and a body");

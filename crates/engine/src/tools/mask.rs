@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::{Start, ToolGrammar};
+use super::{Reasoning, Start, ToolGrammar};
 use crate::json::{JsonFormat, JsonMask, JsonVocab};
 
 /// What completing a candidate text leads to.
@@ -49,10 +49,26 @@ enum Phase {
     Off,
 }
 
+/// Where the output is relative to its thinking section, which the grammar leaves alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Think {
+    /// Past it, or there is none: the phases run.
+    Out,
+    /// At the start, `held` (whitespace, then a prefix of `<think>`) written so far: the
+    /// output may be opening the section.
+    Opening { held: Vec<u8> },
+    /// Inside it, `matched` bytes of `</think>` matched.
+    In { matched: usize },
+}
+
+const THINK_OPEN: &[u8] = b"<think>";
+const THINK_CLOSE: &[u8] = b"</think>";
+
 /// A sequence's state under a [`ToolGrammar`].
 #[derive(Clone)]
 pub struct ToolMask {
     grammar: Arc<ToolGrammar>,
+    think: Think,
     phase: Phase,
     /// Calls whose arguments are done.
     n_calls: usize,
@@ -66,7 +82,13 @@ impl ToolMask {
     pub fn new(grammar: Arc<ToolGrammar>) -> ToolMask {
         let trigger = grammar.format.trigger().0.as_bytes();
         let fail = kmp_table(trigger);
-        let mut m = ToolMask { phase: Phase::Off, n_calls: 0, fail, grammar, bare: false };
+        let think = match (grammar.reasoning, grammar.start) {
+            (Reasoning::Open, _) => Think::In { matched: 0 },
+            (Reasoning::Tagged, Start::Lazy) => Think::Opening { held: Vec::new() },
+            // A forced call starts at once; the parser reads no thinking before it.
+            (Reasoning::Tagged, Start::Now) | (Reasoning::Off, _) => Think::Out,
+        };
+        let mut m = ToolMask { phase: Phase::Off, think, n_calls: 0, fail, grammar, bare: false };
         m.phase = match m.grammar.start {
             Start::Lazy => Phase::Free { matched: 0, started: false },
             Start::Now => m.first_choice(""),
@@ -74,9 +96,9 @@ impl ToolMask {
         m
     }
 
-    /// Whether the next token is constrained (false in free text).
+    /// Whether the next token is constrained (false in free text and in the thinking section).
     pub fn constrains(&self) -> bool {
-        !matches!(self.phase, Phase::Free { .. } | Phase::Off)
+        self.think == Think::Out && !matches!(self.phase, Phase::Free { .. } | Phase::Off)
     }
 
     /// True once the call section is closed (the scheduler then ends the answer).
@@ -230,6 +252,46 @@ impl ToolMask {
     /// Moves past a sampled token's text (its raw bytes; an end-of-generation token is not
     /// passed).
     pub fn accept(&mut self, bytes: &[u8]) {
+        match std::mem::replace(&mut self.think, Think::Out) {
+            Think::Out => self.accept_phases(bytes),
+            Think::In { mut matched } => {
+                for (k, &b) in bytes.iter().enumerate() {
+                    // `</think>` has no border but the empty one: a mismatch restarts the match.
+                    matched = if b == THINK_CLOSE[matched] {
+                        matched + 1
+                    } else {
+                        usize::from(b == THINK_CLOSE[0])
+                    };
+                    if matched == THINK_CLOSE.len() {
+                        // Whitespace closing the section in the same token is not the call's.
+                        return self.accept_phases(bytes[k + 1..].trim_ascii_start());
+                    }
+                }
+                self.think = Think::In { matched };
+            }
+            Think::Opening { mut held } => {
+                for (k, &b) in bytes.iter().enumerate() {
+                    let at = held.iter().skip_while(|c| c.is_ascii_whitespace()).count();
+                    if at == 0 && b.is_ascii_whitespace() {
+                        held.push(b);
+                    } else if THINK_OPEN.get(at) == Some(&b) {
+                        held.push(b);
+                        if at + 1 == THINK_OPEN.len() {
+                            self.think = Think::In { matched: 0 };
+                            return self.accept(&bytes[k + 1..]);
+                        }
+                    } else {
+                        // Not a thinking section: what was held is ordinary output.
+                        held.extend_from_slice(&bytes[k..]);
+                        return self.accept_phases(&held);
+                    }
+                }
+                self.think = Think::Opening { held };
+            }
+        }
+    }
+
+    fn accept_phases(&mut self, bytes: &[u8]) {
         let mut bytes = bytes;
         // Each pass consumes some bytes or leaves the loop.
         loop {
@@ -390,6 +452,15 @@ mod tests {
     use crate::json_schema::Schema;
 
     fn grammar(format: Format, start: Start, max_calls: usize) -> Arc<ToolGrammar> {
+        thinking(format, start, max_calls, Reasoning::Off)
+    }
+
+    fn thinking(
+        format: Format,
+        start: Start,
+        max_calls: usize,
+        reasoning: Reasoning,
+    ) -> Arc<ToolGrammar> {
         let schema = |v: serde_json::Value| Arc::new(Schema::compile(&v).unwrap());
         let tools = vec![
             Tool {
@@ -403,7 +474,7 @@ mod tests {
                     "properties": {"zone": {"enum": ["utc", "cet"]}}, "required": ["zone"]})),
             },
         ];
-        Arc::new(ToolGrammar { format, tools, start, max_calls })
+        Arc::new(ToolGrammar { format, tools, start, max_calls, reasoning })
     }
 
     /// A toy vocabulary: every byte, some words, and an end token (id = last).
@@ -521,6 +592,44 @@ mod tests {
         feed(&mut m, &v, "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}\n</tool_call>");
         assert_eq!(m.n_calls(), 2);
         assert!(allowed(&m, &v).contains(&"<EOG>".to_string()));
+    }
+
+    #[test]
+    fn a_trigger_inside_the_thinking_section_does_not_start_a_call() {
+        let v = vocab();
+        // The output opens the section itself (Qwen3): a trigger inside it is reasoning text.
+        let mut m = thinking(Format::Hermes, Start::Lazy, 1, Reasoning::Tagged).mask();
+        for piece in ["\n<thi", "nk>I could write <tool_call> here", " </thi", "nk>\n\n"] {
+            m.accept(piece.as_bytes());
+            assert!(!m.constrains(), "after {piece:?}");
+        }
+        m.accept(b"<tool_call>");
+        assert!(m.constrains());
+        assert_eq!(allowed(&m, &v), vec!["\n"]);
+        // Without a section at the start, the trigger fires at once, even where it shares
+        // `<t` with `<think>`.
+        let mut m = thinking(Format::Hermes, Start::Lazy, 1, Reasoning::Tagged).mask();
+        m.accept(b"<t");
+        assert!(!m.constrains());
+        m.accept(b"ool_call>");
+        assert!(m.constrains());
+    }
+
+    #[test]
+    fn a_required_call_waits_for_a_section_the_prompt_opened() {
+        let v = vocab();
+        // DeepSeek-R1's way: the prompt ends with `<think>`, so the output starts inside it.
+        let mut m = thinking(Format::Hermes, Start::Now, 1, Reasoning::Open).mask();
+        m.accept(b"plan: call <tool_call> get_time </");
+        assert!(!m.constrains());
+        m.accept(b"think>\n");
+        assert!(m.constrains());
+        feed(
+            &mut m,
+            &v,
+            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"utc\"}}",
+        );
+        assert_eq!(m.n_calls(), 1);
     }
 
     #[test]

@@ -146,6 +146,10 @@ pub struct ToolGrammar {
     pub start: Start,
     /// At most this many calls (1 without `parallel_tool_calls`).
     pub max_calls: usize,
+    /// The output's thinking section, which no call is made in: under `Open` the grammar
+    /// waits for `</think>`; under `Tagged` with `Start::Lazy`, for the `</think>` of a
+    /// `<think>` the output starts with.
+    pub reasoning: Reasoning,
 }
 
 impl ToolGrammar {

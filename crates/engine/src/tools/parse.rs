@@ -123,6 +123,11 @@ impl OutputParser {
     }
 
     /// Reads `text` (the next piece of output) and appends what it settles to `out`.
+    /// The call format this parser reads, if calls are expected.
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+
     pub fn push(&mut self, text: &str, out: &mut Vec<Piece>) {
         self.hold.push_str(text);
         self.run(false, out);

@@ -1,0 +1,64 @@
+//! The routes that take a body, and each one's decoding: the checks that need no model (JSON
+//! shape, messages, prompt, sampling ranges, token limit), a pure function of the bytes, so the
+//! fuzz target `server_requests` runs exactly what the handlers run. `/openapi.json` describes
+//! the same routes ([`crate::openapi`]).
+
+use crate::error::ApiError;
+use crate::{ollama, openai};
+
+/// The routes that take a body, by path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyRoute {
+    ChatCompletions,
+    Completions,
+    Show,
+    Chat,
+    Generate,
+    Pull,
+}
+
+impl BodyRoute {
+    pub const ALL: [BodyRoute; 6] = [
+        BodyRoute::ChatCompletions,
+        BodyRoute::Completions,
+        BodyRoute::Show,
+        BodyRoute::Chat,
+        BodyRoute::Generate,
+        BodyRoute::Pull,
+    ];
+
+    pub fn path(self) -> &'static str {
+        match self {
+            BodyRoute::ChatCompletions => "/v1/chat/completions",
+            BodyRoute::Completions => "/v1/completions",
+            BodyRoute::Show => "/api/show",
+            BodyRoute::Chat => "/api/chat",
+            BodyRoute::Generate => "/api/generate",
+            BodyRoute::Pull => "/api/pull",
+        }
+    }
+}
+
+/// A route's request, decoded and validated as far as it can be without the model.
+#[derive(Debug)]
+pub enum Decoded {
+    ChatCompletions(openai::Chat),
+    Completions(openai::Completion),
+    Show(ollama::Show),
+    Chat(ollama::Chat),
+    Generate(ollama::Generate),
+    Pull(ollama::Pull),
+}
+
+/// `body` as `route`'s request: the decoding and validation its handler runs first (a pure
+/// function of the bytes, which is what the `server_requests` fuzz target drives).
+pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
+    Ok(match route {
+        BodyRoute::ChatCompletions => Decoded::ChatCompletions(openai::Chat::decode(body)?),
+        BodyRoute::Completions => Decoded::Completions(openai::Completion::decode(body)?),
+        BodyRoute::Show => Decoded::Show(ollama::Show::decode(body)?),
+        BodyRoute::Chat => Decoded::Chat(ollama::Chat::decode(body)?),
+        BodyRoute::Generate => Decoded::Generate(ollama::Generate::decode(body)?),
+        BodyRoute::Pull => Decoded::Pull(ollama::Pull::decode(body)?),
+    })
+}
