@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use server::adapters::{check_lora, check_name, confine, AddRequest, Confine, LoraScale};
+use server::adapters::{check_lora, check_name, open_confined, AddRequest, Confine, LoraScale};
 use server::error::{from_json, ApiError, Style};
 
 /// A directory with `a.gguf`, `inner.gguf` (a symlink to it), `out.gguf` (a symlink to a file
@@ -47,8 +47,8 @@ fn check_refusal(e: &ApiError) {
 }
 
 fn check_file(dir: &Path, canon: &Path, file: &str) {
-    match confine(dir, file) {
-        Ok(p) => {
+    match open_confined(dir, file) {
+        Ok((_, p)) => {
             assert_eq!(p.parent(), Some(canon), "{file:?} was confined to {p:?}");
             assert!(p.is_file(), "{file:?} resolved to {p:?}, not a file");
             assert!(!file.contains(['/', '\\', '\0']) && !file.contains(".."), "{file:?} passed");
@@ -57,7 +57,7 @@ fn check_file(dir: &Path, canon: &Path, file: &str) {
     }
 }
 
-/// Names are keys, never paths (files go through `confine`), but they appear in `BASE:NAME`,
+/// Names are keys, never paths (files go through `open_confined`), but they appear in `BASE:NAME`,
 /// URLs and logs: no separator, NUL, `:` or whitespace, no leading `.` or `-`, 1 to 64 bytes.
 fn check_plain_name(name: &str) {
     if check_name(name).is_ok() {

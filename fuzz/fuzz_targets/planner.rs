@@ -58,6 +58,7 @@ struct Req {
     residency: u8,
     pinned_layers: u16,
     kv_windowed: bool,
+    json_mode: bool,
 }
 
 #[derive(arbitrary::Arbitrary, Debug)]
@@ -72,6 +73,7 @@ struct W {
     n_seq: u8,
     kv_available: Vec<u8>,
     kv_windowed: bool,
+    json_mode: bool,
 }
 
 const ARCHS: [&str; 5] = ["llama", "qwen2", "gemma2", "gemma3", "phi3"];
@@ -123,6 +125,7 @@ fn facts(f: &Facts, n_layer: usize, n_vocab: usize) -> ModelFacts {
         file_bytes: total,
         header_bytes: b(f.header),
         layer_bytes,
+        expert_bytes: 0,
         biggest_stage: b(f.biggest_stage),
         embd_bytes: embd,
         embd_row_bytes: embd / u64::from(f.embd_rows.max(1)),
@@ -151,6 +154,7 @@ fuzz_target!(|i: Input| {
         residency: residency(r.residency),
         pinned_layers: r.pinned_layers as usize,
         kv_windowed: r.kv_windowed,
+        json_mode: r.json_mode,
     };
     let p = plan::predict(&c, &m, &req);
     let _ = (p.breakdown(), req.kv_label(), plan::describe(&req));
@@ -166,6 +170,7 @@ fuzz_target!(|i: Input| {
         n_seq: w.n_seq as usize,
         kv_available: w.kv_available.iter().map(|&k| kv(k)).collect(),
         kv_windowed: w.kv_windowed,
+        json_mode: w.json_mode,
     };
     if let Ok(choice) = plan::choose(&c, &m, i.budget, &wants) {
         assert!(

@@ -11,12 +11,14 @@ pub mod json_schema;
 pub mod json_syntax;
 pub mod perplexity;
 pub mod sampling;
+pub mod sequence;
+pub mod stops;
 pub mod tools;
 
-pub use generate::{
-    GenStats, GenerateParams, Session, StopMatcher, StopReason, MAX_STOPS, MAX_STOP_BYTES,
-};
+pub use generate::{GenStats, GenerateParams, Session, StopReason};
 pub use json::{JsonFormat, JsonMask, JsonVocab};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT};
+pub use sequence::Sequence;
+pub use stops::{StopMatcher, MAX_STOPS, MAX_STOP_BYTES};

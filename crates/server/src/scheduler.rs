@@ -73,6 +73,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine::sequence::{Finish as End, Sequence};
 use engine::tools::{ToolGrammar, ToolMask};
 use engine::{JsonFormat, JsonMask, JsonVocab, Sampler, SamplerParams, StopMatcher};
 use model::kv::BLOCK_TOKENS;
@@ -80,7 +81,7 @@ use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use tokenizer::{StreamDecoder, Tokenizer};
+use tokenizer::Tokenizer;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::adapters::AdapterSet;
@@ -551,12 +552,8 @@ pub fn spawn_with_shed<R: 'static>(
 struct Seq {
     job: Job,
     sampler: Sampler,
-    decoder: StreamDecoder<Arc<Tokenizer>>,
-    stops: StopMatcher,
-    /// JSON mode's state (`Request::json`).
-    json: Option<JsonMask>,
-    /// The tool-call grammar's state (`Request::tools`).
-    tools: Option<ToolMask>,
+    /// The answer's text, constraints (`Request::json`, `Request::tools`) and finish rule.
+    answer: Sequence,
     /// The prompt, then each sampled token once it is to be fed: the tokens at the KV's
     /// positions, for the prefix cache.
     tokens: Vec<u32>,
@@ -564,9 +561,6 @@ struct Seq {
     n_past: usize,
     /// The token to feed next once the prompt is read.
     next: u32,
-    n_gen: usize,
-    /// A stop string ended the answer (nothing held back is emitted).
-    stop_hit: bool,
     submitted: Instant,
     admitted: Instant,
     first: Option<Instant>,
@@ -585,7 +579,7 @@ impl Seq {
         Finish {
             reason,
             n_prompt: self.job.req.prompt.len(),
-            n_gen: self.n_gen,
+            n_gen: self.answer.n_gen(),
             queued: self.admitted - self.submitted,
             prompt: first - self.admitted,
             generation: now - first,
@@ -878,15 +872,19 @@ impl Scheduler {
             sampler,
             // A call's markup may be control tokens (Qwen's `<tool_call>`): its text is kept
             // for the parser when the request offers tools.
-            decoder: StreamDecoder::new(self.tok.clone()).with_special(job.req.tools.is_some()),
-            stops: StopMatcher::new(&job.req.stop),
-            json: job.req.json.as_ref().map(JsonMask::new),
-            tools: job.req.tools.as_ref().map(ToolGrammar::mask),
+            answer: Sequence::new(
+                self.tok.clone(),
+                StopMatcher::new(&job.req.stop),
+                job.req.max_tokens,
+                job.req.tools.is_some(),
+            )
+            .constrained(
+                job.req.json.as_ref().map(JsonMask::new),
+                job.req.tools.as_ref().map(ToolGrammar::mask),
+            ),
             tokens: job.req.prompt.clone(),
             n_past: hit,
             next: 0,
-            n_gen: 0,
-            stop_hit: false,
             submitted,
             admitted: Instant::now(),
             first: None,
@@ -1030,11 +1028,9 @@ impl Scheduler {
                 let Some(mut q) = self.release(s) else { continue };
                 // Text held back for a possible stop string is released at the end, unless a
                 // stop string ended the answer.
-                if !q.stop_hit {
-                    let rest = q.stops.finish(&q.decoder.flush());
-                    if !rest.is_empty() {
-                        let _ = q.job.events.send(Event::Text(rest));
-                    }
+                let rest = q.answer.flush();
+                if !rest.is_empty() {
+                    let _ = q.job.events.send(Event::Text(rest));
                 }
                 let _ = q.job.events.send(Event::Done(q.finish(reason)));
             }
@@ -1063,10 +1059,10 @@ impl Scheduler {
             }
             &self.biased[..]
         };
-        let constrained = q.tools.as_ref().is_some_and(ToolMask::constrains);
-        let tok = match &mut q.json {
+        let constrained = q.answer.tools.as_ref().is_some_and(ToolMask::constrains);
+        let tok = match &q.answer.json {
             _ if constrained => {
-                let (tk, tools) = (&self.tok, q.tools.as_ref()?);
+                let (tk, tools) = (&self.tok, q.answer.tools.as_ref()?);
                 let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
                 let vocab = json_vocab(&mut self.json_vocab, tk, logits.len());
                 self.tool_row.clear();
@@ -1090,17 +1086,11 @@ impl Scheduler {
                     // single-character tokens always do); end rather than break the format.
                     return Some(FinishReason::Stop);
                 };
-                let tok = allowed(masked, q.sampler.sample(masked));
-                if !tk.is_eog(tok) {
-                    json.accept(tk.token_piece(tok));
-                }
-                tok
+                allowed(masked, q.sampler.sample(masked))
             }
         };
         q.sampler.accept(tok);
-        if let Some(tools) = q.tools.as_mut().filter(|_| !self.tok.is_eog(tok)) {
-            tools.accept(self.tok.token_piece(tok));
-        }
+        let step = q.answer.accept(tok, q.n_past < n_ctx);
         let now = Instant::now();
         match q.last {
             None => self.counters.ttft.observe((now - q.admitted).as_secs_f64()),
@@ -1108,34 +1098,22 @@ impl Scheduler {
         }
         q.first.get_or_insert(now);
         q.last = Some(now);
-        if self.tok.is_eog(tok) {
+        if step.finish == Some(End::Eog) {
             return Some(FinishReason::Stop);
         }
-        q.n_gen += 1;
         self.counters.generated_tokens.inc();
         if let (Some(top), Some(tx)) = (q.job.req.logprobs, &q.job.logprobs) {
             let _ = tx.send(TokenLogprob::from_logits(raw, tok, top));
         }
-        let piece = q.decoder.push(tok);
-        let (text, hit) = q.stops.push(&piece);
-        if !text.is_empty() && q.job.events.send(Event::Text(text)).is_err() {
+        if !step.text.is_empty() && q.job.events.send(Event::Text(step.text)).is_err() {
             // The client is gone: the slot is freed before the next step.
             return None;
         }
-        if hit {
-            q.stop_hit = true;
-            return Some(FinishReason::Stop);
-        }
-        if q.json.as_ref().is_some_and(JsonMask::is_complete)
-            || q.tools.as_ref().is_some_and(ToolMask::is_complete)
-        {
-            return Some(FinishReason::Stop);
-        }
-        if q.n_gen >= q.job.req.max_tokens {
-            return Some(FinishReason::Length);
-        }
-        if q.n_past >= n_ctx {
-            return Some(FinishReason::ContextFull);
+        match step.finish {
+            Some(End::Eog | End::StopString | End::Complete) => return Some(FinishReason::Stop),
+            Some(End::Length) => return Some(FinishReason::Length),
+            Some(End::ContextFull) => return Some(FinishReason::ContextFull),
+            None => {}
         }
         q.next = tok;
         q.tokens.push(tok);
