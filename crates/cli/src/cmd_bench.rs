@@ -117,7 +117,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let needed = (cmd.n_prompt.max(cmd.depth + cmd.n_gen) + 1).max(16);
     let mut run = cmd.run.clone();
     run.ctx = run.ctx.or(Some(needed));
-    let (params, planned) = run.plan(model, needed, Some(needed))?;
+    let (params, planned) = run.plan(model, needed, Some(needed), false)?;
     let (threads, kv_label) = (params.n_threads, kv_label(params.kv_k, params.kv_v));
     let mut ctx = Context::new(Arc::clone(model), params);
     run.lora.apply(&mut ctx)?;

@@ -78,7 +78,7 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     }
     // A conversation may fill the whole context: planned for it, then each turn pins as many
     // layers as the KV cache it can reach leaves room for.
-    let (params, planned) = cmd.run.plan(&m.model, 1, None)?;
+    let (params, planned) = cmd.run.plan(&m.model, 1, None, false)?;
     let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;

@@ -16,7 +16,7 @@ use std::io::{IsTerminal, Read};
 
 use anyhow::Context as _;
 use clap::Args;
-use engine::{GenerateParams, Session};
+use engine::{GenerateParams, JsonFormat, Session};
 use tokenizer::{ChatMessage, ChatTemplate};
 
 use crate::cmd_chat::{self, ChatCmd};
@@ -52,6 +52,10 @@ pub struct RunCmd {
     /// template's call format; the CLI does not constrain them as the server does).
     #[arg(long, value_name = "FILE.json")]
     pub tools: Option<std::path::PathBuf>,
+    /// Constrain the answer to JSON: `json` for one JSON object, or a file holding a JSON
+    /// schema the answer must be a value of (as the server's `response_format` and `format`).
+    #[arg(long, value_name = "json|SCHEMA.json")]
+    pub format: Option<String>,
     /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text (with --raw;
     /// the chat template's own special tokens are always parsed).
     #[arg(long)]
@@ -85,6 +89,22 @@ fn read_tools(path: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> 
         }
     }
     Ok(list)
+}
+
+/// `--format`: `json`, or a schema file compiled by the same checker the server uses.
+fn json_format(arg: &str) -> anyhow::Result<JsonFormat> {
+    if arg == "json" {
+        return Ok(JsonFormat::Object);
+    }
+    let path = std::path::Path::new(arg);
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!("--format is `json` or a JSON schema file; reading {}", path.display())
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("the schema file {} is not JSON", path.display()))?;
+    let schema = engine::json_schema::Schema::compile(&v)
+        .map_err(|e| anyhow::anyhow!("the schema in {} cannot be enforced: {e}", path.display()))?;
+    Ok(JsonFormat::Schema(std::sync::Arc::new(schema)))
 }
 
 /// Whether a lone positional argument names a model rather than being a prompt.
@@ -147,6 +167,10 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     if tools.is_some() && cmd.raw {
         anyhow::bail!("--tools goes through the chat template: leave out --raw");
     }
+    let format = cmd.format.as_deref().map(json_format).transpose()?;
+    if format.is_some() && tools.is_some() {
+        anyhow::bail!("--format and --tools cannot go together: give one of them");
+    }
     let mut calls = None;
     let m = open(&model_name)?;
     let template =
@@ -184,12 +208,17 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     if tokens.is_empty() {
         anyhow::bail!("the prompt is empty");
     }
-    let (params, planned) =
-        cmd.run.plan(&m.model, tokens.len() + 1, Some(tokens.len() + n_predict))?;
+    let (params, planned) = cmd.run.plan(
+        &m.model,
+        tokens.len() + 1,
+        Some(tokens.len() + n_predict),
+        format.is_some(),
+    )?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
-    let gen = GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos };
+    let gen =
+        GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos, format };
     let mut text = String::new();
     let stats = cmd_chat::stream_answer(&mut session, &tokens, &gen, |t| {
         text.push_str(t);

@@ -192,11 +192,13 @@ impl RunArgs {
     /// that is known (prompt + tokens to generate). Prints the plan's one line (`--verbose`: the
     /// whole plan). Every verb that runs a model goes through here and then [`attach`], so
     /// `--ram`, `--load` and `--verbose` mean the same everywhere.
+    /// `json_mode`: the answer may be constrained (its vocabulary table counts).
     pub fn plan(
         &self,
         model: &Model,
         needed: usize,
         n_kv: Option<usize>,
+        json_mode: bool,
     ) -> anyhow::Result<(ContextParams, Planned)> {
         let (kv_k, kv_v) = self.kv.types()?;
         let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
@@ -210,7 +212,7 @@ impl RunArgs {
             n_seq: 1,
             mem: self.mem.options(),
             adapter_bytes: self.lora.bytes(&model.config)?,
-            json_mode: false,
+            json_mode,
         };
         let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
         eprintln!("snug: {}", planned.summary());

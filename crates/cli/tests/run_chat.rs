@@ -1,7 +1,8 @@
 //! `snug run` answers like `ollama run`: on a model with a chat template the prompt is one user
 //! message and the answer is what `snug chat` gives for it; `--raw` continues the text instead;
 //! stdin that is not a terminal is the prompt; a model without a template continues plainly and
-//! says so once.
+//! says so once. The CLI and the server run one engine: greedy, they give the same text for the
+//! same prompt, byte for byte, JSON mode included.
 
 mod common;
 
@@ -55,6 +56,58 @@ fn run_answers_as_chat_and_raw_continues() {
     let (raw, _) = snug(&["run", "--raw", PROMPT], &model, None);
     assert!(!raw.trim().is_empty());
     assert_ne!(raw, answer, "--raw gave the chat answer");
+}
+
+/// `POST path` with a JSON body on `server`; the answer parsed.
+fn post(server: &common::serve::Server, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let (status, text) =
+        server.send("POST", path, None, Some(&body.to_string())).expect("the server answers");
+    assert_eq!(status, 200, "{path}: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}
+
+#[test]
+fn the_cli_and_the_server_give_the_same_greedy_text() {
+    let model = common::model(ALIAS);
+    let server = common::serve::Server::start(
+        &model,
+        &["--name", ALIAS, "--parallel", "1", "--threads", "2"],
+    );
+    let options = serde_json::json!({"temperature": 0, "num_predict": 24});
+    let schema_path =
+        std::env::temp_dir().join(format!("snug-run-schema-{}.json", std::process::id()));
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "people": {"type": "integer"}}, "required": ["city", "people"]});
+    std::fs::write(&schema_path, schema.to_string()).expect("the schema file is written");
+    let schema_arg = schema_path.to_str().expect("a UTF-8 temp path");
+    let cases: [(&[&str], serde_json::Value); 4] = [
+        // The prompt as one user message through the template.
+        (&[], serde_json::json!({"prompt": PROMPT})),
+        // Plain continuation.
+        (&["--raw"], serde_json::json!({"prompt": PROMPT, "raw": true})),
+        // JSON mode, and a schema.
+        (&["--format", "json"], serde_json::json!({"prompt": PROMPT, "format": "json"})),
+        (&["--format", schema_arg], serde_json::json!({"prompt": PROMPT, "format": schema})),
+    ];
+    for (flags, mut body) in cases {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.push(PROMPT);
+        let (cli, err) = snug(&args, &model, None);
+        body["model"] = ALIAS.into();
+        body["stream"] = false.into();
+        body["options"] = options.clone();
+        let served = post(&server, "/api/generate", body);
+        let served = served["response"].as_str().expect("a response");
+        assert!(!served.trim().is_empty(), "{flags:?}: an empty answer");
+        // The CLI ends its answer with a newline on stdout.
+        assert_eq!(cli.strip_suffix('\n').unwrap_or(&cli), served, "{flags:?}; stderr:\n{err}");
+        if flags.first() == Some(&"--format") {
+            serde_json::from_str::<serde_json::Value>(served)
+                .unwrap_or_else(|e| panic!("{flags:?} gave {served:?}, not JSON: {e}"));
+        }
+    }
+    let _ = std::fs::remove_file(&schema_path);
 }
 
 #[test]

@@ -9,8 +9,9 @@ use std::time::Instant;
 use model::{Batch, Context, ContextParams, Model, ModelError};
 use tokenizer::Tokenizer;
 
+use crate::json::{JsonFormat, JsonMask};
 use crate::sampling::{Sampler, SamplerParams};
-use crate::sequence::{Finish, Sequence};
+use crate::sequence::{Finish, Masks, Sequence};
 use crate::stops::StopMatcher;
 
 #[derive(Clone, Debug)]
@@ -21,11 +22,13 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// JSON mode: the answer is one JSON object, or one value a schema accepts.
+    pub format: Option<JsonFormat>,
 }
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        GenerateParams { n_predict: 256, stop: Vec::new(), ignore_eos: false }
+        GenerateParams { n_predict: 256, stop: Vec::new(), ignore_eos: false, format: None }
     }
 }
 
@@ -89,6 +92,8 @@ pub struct Session {
     pub tok: Arc<Tokenizer>,
     ctx: Context,
     sampler: Sampler,
+    /// JSON mode's scratch (built at the first JSON-mode answer).
+    masks: Masks,
     /// Tokens whose keys/values are in the cache, in order.
     history: Vec<u32>,
     batch: Batch,
@@ -107,6 +112,7 @@ impl Session {
             tok,
             ctx: Context::new(model, params),
             sampler: Sampler::new(sampling, n_vocab),
+            masks: Masks::default(),
             history: Vec::new(),
             batch: Batch::default(),
         }
@@ -214,11 +220,17 @@ impl Session {
             params.n_predict,
             false,
         )
-        .ignoring_eos(params.ignore_eos);
+        .ignoring_eos(params.ignore_eos)
+        .constrained(params.format.as_ref().map(JsonMask::new), None);
         let mut out = Vec::new();
         let mut stop = StopReason::MaxTokens;
         while out.len() < params.n_predict {
-            let next = self.sampler.sample(self.ctx.logits(0));
+            let logits = self.ctx.logits(0);
+            let Some(next) = answer.sample(&mut self.sampler, logits, &mut self.masks) else {
+                // Nothing continues the JSON value: the answer ends as it is.
+                stop = StopReason::Eog;
+                break;
+            };
             self.sampler.accept(next);
             // With a KV window, positions run on past n_ctx (context shift): keys are stored roped
             // at their absolute positions, so relative distances stay right as positions grow.

@@ -6,17 +6,20 @@
 //! text; otherwise the token's text goes through the stop strings ([`StopMatcher`]), which hold
 //! back what may begin one; a stop string ends it (its text and what was held are dropped); a
 //! constraint that is complete ends it (JSON mode's object closed, the tool calls written);
-//! then the token limit; then a full context. The sampling itself (and the masks the
-//! constraints put on the logits) stays with the caller, which owns the logits.
+//! then the token limit; then a full context. [`Sequence::sample`] draws the token under the
+//! constraints (JSON mode, the tool grammar while it constrains); the caller owns the logits
+//! and the [`Sampler`].
 //!
 //! Cost per token: the detokenizer's and the stop matcher's (O(the token's bytes), see
-//! [`StopMatcher`]) and one byte step per constraint.
+//! [`StopMatcher`]) and one byte step per constraint; a constrained draw adds one pass over the
+//! vocabulary ([`JsonVocab`], [`ToolMask::apply`]) on a copy of the row in [`Masks`].
 
 use std::sync::Arc;
 
 use tokenizer::{StreamDecoder, Tokenizer};
 
-use crate::json::JsonMask;
+use crate::json::{JsonMask, JsonVocab};
+use crate::sampling::Sampler;
 use crate::stops::StopMatcher;
 use crate::tools::ToolMask;
 
@@ -42,6 +45,42 @@ pub struct Step {
     pub text: String,
     /// Set when the answer is done with this token.
     pub finish: Option<Finish>,
+}
+
+/// What constrained draws reuse: the vocabulary's table for the JSON checker (built at the
+/// first constrained draw, `JsonVocab::heap_bytes`) and a row of logits to mask. One per
+/// sampling thread, shared by every sequence of one tokenizer.
+#[derive(Default)]
+pub struct Masks {
+    vocab: Option<JsonVocab>,
+    row: Vec<f32>,
+}
+
+impl Masks {
+    fn vocab(&mut self, tk: &Tokenizer, n: usize) -> &mut JsonVocab {
+        if self.vocab.as_ref().is_some_and(|v| v.len() != n) {
+            self.vocab = None;
+        }
+        self.vocab.get_or_insert_with(|| JsonVocab::new(n, |t| json_piece(tk, t), |t| tk.is_eog(t)))
+    }
+}
+
+/// A token's text as JSON may take it: control tokens have none (the masks refuse empty pieces).
+fn json_piece(tk: &Tokenizer, t: u32) -> &[u8] {
+    if tk.is_control(t) {
+        &[]
+    } else {
+        tk.token_piece(t)
+    }
+}
+
+/// `tok`, or the best token `masked` allows when `tok` is refused: only the sampler's
+/// last-candidate fallback (float rounding in its draw without min-p) can land on one.
+fn allowed(masked: &[f32], tok: u32) -> u32 {
+    if masked[tok as usize] > f32::NEG_INFINITY {
+        return tok;
+    }
+    (0..masked.len()).max_by(|&a, &b| masked[a].total_cmp(&masked[b])).map_or(tok, |t| t as u32)
 }
 
 /// One answer in progress: its text state, its constraints and its finish rule.
@@ -98,6 +137,28 @@ impl Sequence {
     /// Whether `tok` ends the answer as an end-of-generation token.
     pub fn is_end(&self, tok: u32) -> bool {
         !self.ignore_eos && self.tok.is_eog(tok)
+    }
+
+    /// Draws the next token from `logits` with `sampler`, under the answer's constraints;
+    /// `None` when no token the vocabulary holds continues them (the answer ends rather than
+    /// break its format). The sampler is not told of the token: [`Sequence::accept`] is.
+    pub fn sample(&self, sampler: &mut Sampler, logits: &[f32], masks: &mut Masks) -> Option<u32> {
+        let tk = &*self.tok;
+        if let Some(tools) = self.tools.as_ref().filter(|t| t.constrains()) {
+            masks.vocab(tk, logits.len());
+            let (Some(vocab), row) = (&masks.vocab, &mut masks.row) else { return None };
+            row.clear();
+            row.extend_from_slice(logits);
+            let raw = |t| tk.token_piece(t);
+            if !tools.apply(row, vocab, raw, |t| json_piece(tk, t), |t| tk.is_eog(t)) {
+                return None;
+            }
+            return Some(allowed(row, sampler.sample(row)));
+        }
+        let Some(json) = &self.json else { return Some(sampler.sample(logits)) };
+        let vocab = masks.vocab(tk, logits.len());
+        let masked = vocab.masked(logits, json, |t| json_piece(tk, t))?;
+        Some(allowed(masked, sampler.sample(masked)))
     }
 
     /// Takes the sampled token `tok`. `room`: whether the context can still take it (a

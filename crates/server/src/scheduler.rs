@@ -73,9 +73,9 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::sequence::{Finish as End, Sequence};
-use engine::tools::{ToolGrammar, ToolMask};
-use engine::{JsonFormat, JsonMask, JsonVocab, Sampler, SamplerParams, StopMatcher};
+use engine::sequence::{Finish as End, Masks, Sequence};
+use engine::tools::ToolGrammar;
+use engine::{JsonFormat, JsonMask, Sampler, SamplerParams, StopMatcher};
 use model::kv::BLOCK_TOKENS;
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
@@ -640,9 +640,10 @@ struct Scheduler {
     rows: Vec<usize>,
     sizer: ChunkSizer,
     shed: Shed,
-    /// What JSON mode's mask reads of each token and the masked copy of an output row (built
-    /// at the first JSON-mode request; `JsonVocab::heap_bytes`, which the plan counts).
-    json_vocab: Option<JsonVocab>,
+    /// What JSON mode's and the tool grammar's masks read of each token and the masked copy of
+    /// an output row (built at the first constrained request; `JsonVocab::heap_bytes` and a
+    /// row, which the plan counts).
+    masks: Masks,
     /// Jobs taken off the channel, waiting for a slot (the channel is drained every loop, so a
     /// queued job whose client left stops counting at the next step, not when a slot frees).
     waiting: VecDeque<(Job, Instant)>,
@@ -650,8 +651,6 @@ struct Scheduler {
     /// An output row with a request's `logit_bias` added (allocated at the first such request:
     /// 4 bytes per vocabulary entry).
     biased: Vec<f32>,
-    /// The row of logits a tool-call grammar masks (one vocabulary's worth, reused).
-    tool_row: Vec<f32>,
 }
 
 impl Scheduler {
@@ -680,11 +679,10 @@ impl Scheduler {
             rows: Vec::new(),
             sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
             shed,
-            json_vocab: None,
+            masks: Masks::default(),
             waiting: VecDeque::new(),
             life,
             biased: Vec::new(),
-            tool_row: Vec::new(),
         }
     }
 
@@ -1059,35 +1057,10 @@ impl Scheduler {
             }
             &self.biased[..]
         };
-        let constrained = q.answer.tools.as_ref().is_some_and(ToolMask::constrains);
-        let tok = match &q.answer.json {
-            _ if constrained => {
-                let (tk, tools) = (&self.tok, q.answer.tools.as_ref()?);
-                let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-                let vocab = json_vocab(&mut self.json_vocab, tk, logits.len());
-                self.tool_row.clear();
-                self.tool_row.extend_from_slice(logits);
-                let raw_piece = |t| tk.token_piece(t);
-                let row = &mut self.tool_row;
-                if !tools.apply(row, vocab, raw_piece, piece, |t| tk.is_eog(t)) {
-                    // Nothing continues the call: end rather than break the format.
-                    return Some(FinishReason::Stop);
-                }
-                allowed(row, q.sampler.sample(row))
-            }
-            None => q.sampler.sample(logits),
-            Some(json) => {
-                let tk = &self.tok;
-                // Control tokens have no text an answer may hold; the mask refuses empty pieces.
-                let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-                let vocab = json_vocab(&mut self.json_vocab, tk, logits.len());
-                let Some(masked) = vocab.masked(logits, json, piece) else {
-                    // Nothing the vocabulary holds continues the object (never met in practice:
-                    // single-character tokens always do); end rather than break the format.
-                    return Some(FinishReason::Stop);
-                };
-                allowed(masked, q.sampler.sample(masked))
-            }
+        // Nothing the vocabulary holds continues the constraint: end rather than break the
+        // format (never met in JSON mode: single-character tokens always continue it).
+        let Some(tok) = q.answer.sample(&mut q.sampler, logits, &mut self.masks) else {
+            return Some(FinishReason::Stop);
         };
         q.sampler.accept(tok);
         let step = q.answer.accept(tok, q.n_past < n_ctx);
@@ -1119,26 +1092,6 @@ impl Scheduler {
         q.tokens.push(tok);
         None
     }
-}
-
-/// The JSON vocabulary table for `n` tokens, built at the first constrained request.
-fn json_vocab<'a>(slot: &'a mut Option<JsonVocab>, tk: &Tokenizer, n: usize) -> &'a mut JsonVocab {
-    if slot.as_ref().is_some_and(|v| v.len() != n) {
-        *slot = None;
-    }
-    slot.get_or_insert_with(|| {
-        let piece = |t| if tk.is_control(t) { &[][..] } else { tk.token_piece(t) };
-        JsonVocab::new(n, piece, |t| tk.is_eog(t))
-    })
-}
-
-/// `tok`, or the best token `masked` allows when `tok` is refused: only the sampler's
-/// last-candidate fallback (float rounding in its draw without min-p) can land on one.
-fn allowed(masked: &[f32], tok: u32) -> u32 {
-    if masked[tok as usize] > f32::NEG_INFINITY {
-        return tok;
-    }
-    (0..masked.len()).max_by(|&a, &b| masked[a].total_cmp(&masked[b])).map_or(tok, |t| t as u32)
 }
 
 /// A panic's message, for the failed request's error.
