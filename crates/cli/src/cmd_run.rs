@@ -56,6 +56,10 @@ pub struct RunCmd {
     /// schema the answer must be a value of (as the server's `response_format` and `format`).
     #[arg(long, value_name = "json|SCHEMA.json")]
     pub format: Option<String>,
+    /// Print each answer token's log-probability and its N most likely alternatives (0 to 20)
+    /// on stderr after the answer: the model's own distribution, before sampling shaped it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=20))]
+    pub logprobs: Option<u16>,
     /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text (with --raw;
     /// the chat template's own special tokens are always parsed).
     #[arg(long)]
@@ -105,6 +109,18 @@ fn json_format(arg: &str) -> anyhow::Result<JsonFormat> {
     let schema = engine::json_schema::Schema::compile(&v)
         .map_err(|e| anyhow::anyhow!("the schema in {} cannot be enforced: {e}", path.display()))?;
     Ok(JsonFormat::Schema(std::sync::Arc::new(schema)))
+}
+
+/// One `--logprobs` line: the token's log-probability and text, then the alternatives.
+fn logprob_line(tok: &tokenizer::Tokenizer, t: &engine::logprobs::TokenLogprob) -> String {
+    let text = |id: u32| format!("{:?}", String::from_utf8_lossy(tok.token_piece(id)));
+    let mut line = format!("{:>9.4} {}", t.logprob, text(t.token));
+    if !t.top.is_empty() {
+        let alts: Vec<String> =
+            t.top.iter().map(|&(id, lp)| format!("{} {lp:.4}", text(id))).collect();
+        line += &format!("  | {}", alts.join(", "));
+    }
+    line
 }
 
 /// Whether a lone positional argument names a model rather than being a prompt.
@@ -217,8 +233,13 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
-    let gen =
-        GenerateParams { n_predict, stop: cmd.stop.clone(), ignore_eos: cmd.ignore_eos, format };
+    let gen = GenerateParams {
+        n_predict,
+        stop: cmd.stop.clone(),
+        ignore_eos: cmd.ignore_eos,
+        format,
+        logprobs: cmd.logprobs.map(usize::from),
+    };
     let mut text = String::new();
     let stats = cmd_chat::stream_answer(&mut session, &tokens, &gen, |t| {
         text.push_str(t);
@@ -237,6 +258,9 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
         for c in &o.calls {
             println!("tool call: {} {}", c.name, c.arguments);
         }
+    }
+    for t in &stats.logprobs {
+        eprintln!("{}", logprob_line(&m.tok, t));
     }
     eprintln!(
         "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s | stop: {:?}",

@@ -111,6 +111,34 @@ fn the_cli_and_the_server_give_the_same_greedy_text() {
 }
 
 #[test]
+fn the_cli_reports_the_servers_logprobs() {
+    let model = common::model(ALIAS);
+    let server = common::serve::Server::start(
+        &model,
+        &["--name", ALIAS, "--parallel", "1", "--threads", "2"],
+    );
+    let (_, err) = snug(&["run", "--raw", "--logprobs", "2", PROMPT], &model, None);
+    // One line per answer token: its log-probability first, then the text and alternatives.
+    let cli: Vec<f32> =
+        err.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+    let body = serde_json::json!({"model": ALIAS, "prompt": PROMPT, "max_tokens": 24,
+                                  "temperature": 0, "logprobs": 2});
+    let served = post(&server, "/v1/completions", body);
+    let served: Vec<f32> = served["choices"][0]["logprobs"]["token_logprobs"]
+        .as_array()
+        .expect("token_logprobs")
+        .iter()
+        .map(|v| v.as_f64().expect("a number") as f32)
+        .collect();
+    assert!(!served.is_empty());
+    assert_eq!(cli.len(), served.len(), "stderr:\n{err}");
+    for (i, (c, s)) in cli.iter().zip(&served).enumerate() {
+        // The CLI prints four decimals.
+        assert!((c - s).abs() <= 6e-5 && *c <= 0.0, "token {i}: {c} against {s}");
+    }
+}
+
+#[test]
 fn a_model_without_a_chat_template_continues_plainly_and_says_so_once() {
     let model = std::env::temp_dir().join(format!("snug-run-chat-{}.gguf", std::process::id()));
     let out = Command::new(SNUG)

@@ -10,6 +10,7 @@ use model::{Batch, Context, ContextParams, Model, ModelError};
 use tokenizer::Tokenizer;
 
 use crate::json::{JsonFormat, JsonMask};
+use crate::logprobs::TokenLogprob;
 use crate::sampling::{Sampler, SamplerParams};
 use crate::sequence::{Finish, Masks, Sequence};
 use crate::stops::StopMatcher;
@@ -24,11 +25,20 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// JSON mode: the answer is one JSON object, or one value a schema accepts.
     pub format: Option<JsonFormat>,
+    /// Report each answer token's log-probability with this many alternatives
+    /// ([`TokenLogprob`]; at most [`crate::logprobs::MAX_TOP`]).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        GenerateParams { n_predict: 256, stop: Vec::new(), ignore_eos: false, format: None }
+        GenerateParams {
+            n_predict: 256,
+            stop: Vec::new(),
+            ignore_eos: false,
+            format: None,
+            logprobs: None,
+        }
     }
 }
 
@@ -67,6 +77,8 @@ pub struct GenStats {
     pub prompt_secs: f64,
     pub gen_secs: f64,
     pub stop: StopReason,
+    /// Each answer token's log-probability, when [`GenerateParams::logprobs`] asked.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 impl GenStats {
@@ -223,6 +235,7 @@ impl Session {
         .ignoring_eos(params.ignore_eos)
         .constrained(params.format.as_ref().map(JsonMask::new), None);
         let mut out = Vec::new();
+        let mut logprobs = Vec::new();
         let mut stop = StopReason::MaxTokens;
         while out.len() < params.n_predict {
             let logits = self.ctx.logits(0);
@@ -232,6 +245,7 @@ impl Session {
                 break;
             };
             self.sampler.accept(next);
+            let lp = params.logprobs.map(|top| TokenLogprob::from_logits(logits, next, top));
             // With a KV window, positions run on past n_ctx (context shift): keys are stored roped
             // at their absolute positions, so relative distances stay right as positions grow.
             let pos = self.history.len();
@@ -241,6 +255,7 @@ impl Session {
                 break;
             }
             out.push(next);
+            logprobs.extend(lp);
             if !step.text.is_empty() && !on_text(&step.text) {
                 stop = StopReason::Cancelled;
                 break;
@@ -270,6 +285,7 @@ impl Session {
             prompt_secs,
             gen_secs: t1.elapsed().as_secs_f64(),
             stop,
+            logprobs,
         };
         Ok((out, stats))
     }

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod json;
 pub mod json_schema;
 pub mod json_syntax;
+pub mod logprobs;
 pub mod perplexity;
 pub mod sampling;
 pub mod sequence;

@@ -178,7 +178,7 @@ impl AppState {
         adapters: AdapterSet,
         logprobs: Option<usize>,
     ) -> Result<
-        (UnboundedReceiver<Event>, Option<UnboundedReceiver<crate::logprobs::TokenLogprob>>),
+        (UnboundedReceiver<Event>, Option<UnboundedReceiver<engine::logprobs::TokenLogprob>>),
         ApiError,
     > {
         let n_ctx = self.engine.n_ctx;

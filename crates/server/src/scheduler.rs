@@ -85,8 +85,8 @@ use tokenizer::Tokenizer;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::adapters::AdapterSet;
-use crate::logprobs::TokenLogprob;
 use crate::ServeError;
+use engine::logprobs::TokenLogprob;
 
 mod embed;
 
@@ -104,7 +104,7 @@ pub struct Request {
     /// schema accepts) are sampled, and the answer ends when it closes ([`engine::json`]).
     pub json: Option<JsonFormat>,
     /// Log-probabilities of each generated token, with this many alternatives (at most
-    /// [`crate::logprobs::MAX_TOP`]), sent before the text they are part of.
+    /// [`engine::logprobs::MAX_TOP`]), sent before the text they are part of.
     pub logprobs: Option<usize>,
     /// The LoRA adapters the sequence runs with, leased until it ends (empty: the bare model).
     pub adapters: AdapterSet,
