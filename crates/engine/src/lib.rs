@@ -13,6 +13,7 @@ pub mod logprobs;
 pub mod perplexity;
 pub mod sampling;
 pub mod sequence;
+pub mod step;
 pub mod stops;
 pub mod tools;
 

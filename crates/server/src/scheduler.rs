@@ -74,6 +74,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::sequence::{Finish as End, Masks, Sequence};
+use engine::step::{self, ChunkSizer};
 use engine::tools::ToolGrammar;
 use engine::{JsonFormat, JsonMask, Sampler, SamplerParams, StopMatcher};
 use model::kv::BLOCK_TOKENS;
@@ -587,43 +588,6 @@ impl Seq {
     }
 }
 
-/// Prefill chunk size while others decode: the number of prompt tokens that cost about one
-/// decode-only step, from exponential averages of both (at least [`ChunkSizer::MIN`]).
-struct ChunkSizer {
-    /// Seconds of a decode-only step.
-    decode_step: f64,
-    /// Extra seconds per prefill token in a mixed step.
-    per_token: f64,
-}
-
-impl ChunkSizer {
-    /// A floor that keeps prompts moving. It is low on purpose: on 2 busy vCPUs a prompt token
-    /// cost 75 ms beside a 250 ms decode step, and a floor of 16 made those steps 6× slower
-    /// (BENCHMARKS.md, `snug serve` under a long prompt).
-    const MIN: usize = 4;
-    const ALPHA: f64 = 0.2;
-
-    fn observe(&mut self, secs: f64, n_decode: usize, n_prefill: usize) {
-        let avg =
-            |old: f64, new: f64| if old == 0.0 { new } else { old + Self::ALPHA * (new - old) };
-        if n_prefill == 0 && n_decode > 0 {
-            self.decode_step = avg(self.decode_step, secs);
-        } else if n_prefill > 0 && n_decode > 0 && self.decode_step > 0.0 {
-            let extra = (secs - self.decode_step).max(0.0) / n_prefill as f64;
-            self.per_token = avg(self.per_token, extra);
-        } else if n_prefill > 0 {
-            self.per_token = avg(self.per_token, secs / n_prefill as f64);
-        }
-    }
-
-    fn chunk(&self, ubatch: usize) -> usize {
-        if self.per_token <= 0.0 || self.decode_step <= 0.0 {
-            return Self::MIN.max(ubatch / 8).min(ubatch);
-        }
-        ((self.decode_step / self.per_token) as usize).clamp(Self::MIN, ubatch.max(Self::MIN))
-    }
-}
-
 struct Scheduler {
     ctx: Context,
     tok: Arc<Tokenizer>,
@@ -677,7 +641,7 @@ impl Scheduler {
             order: VecDeque::new(),
             batch: Batch::default(),
             rows: Vec::new(),
-            sizer: ChunkSizer { decode_step: 0.0, per_token: 0.0 },
+            sizer: ChunkSizer::default(),
             shed,
             masks: Masks::default(),
             waiting: VecDeque::new(),
@@ -934,6 +898,23 @@ impl Scheduler {
     fn step(&mut self) {
         self.batch.clear();
         self.rows.clear();
+        let panel_blocks = self.ctx.panel_blocks();
+        let ubatch = self.ctx.params.n_ubatch.max(1);
+        let budget = step::Budget {
+            idle: ubatch,
+            beside_decode: self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch)),
+            aligned: panel_blocks,
+        };
+        let progress: Vec<step::Progress> = self
+            .order
+            .iter()
+            .map(|&s| {
+                let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+                step::Progress { prompt: q.job.req.prompt.len(), n_past: q.n_past }
+            })
+            .collect();
+        let plan = step::plan(&progress, budget);
+        // Decoding tokens first (their output rows in order), then the prompts' chunks.
         for &s in &self.order {
             let q = self.slots[s].as_ref().expect("ordered slots are occupied");
             if !q.prefilling() {
@@ -942,25 +923,12 @@ impl Scheduler {
             }
         }
         let n_decode = self.batch.len();
-        let panel_blocks = self.ctx.panel_blocks();
-        let ubatch = self.ctx.params.n_ubatch.max(1);
-        let mut budget = if n_decode == 0 {
-            ubatch
-        } else {
-            self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch))
-        };
-        for &s in &self.order {
+        for (&s, &n) in self.order.iter().zip(&plan) {
             let q = self.slots[s].as_ref().expect("ordered slots are occupied");
-            if budget == 0 {
-                break;
-            }
             if !q.prefilling() {
                 continue;
             }
             let len = q.job.req.prompt.len();
-            let left = len - q.n_past;
-            let n =
-                if panel_blocks { prefill_take(q.n_past, left, budget) } else { left.min(budget) };
             for i in 0..n {
                 let pos = q.n_past + i;
                 let tok = q.job.req.prompt[pos];
@@ -974,7 +942,6 @@ impl Scheduler {
                     self.rows.push(s);
                 }
             }
-            budget = budget.saturating_sub(n);
         }
         let n_prefill = self.batch.len() - n_decode;
         let t0 = Instant::now();
@@ -1139,36 +1106,4 @@ mod fault {
     #[cfg(not(debug_assertions))]
     #[inline(always)]
     pub(super) fn check(_: &super::Request, _: Phase) {}
-}
-
-/// How many of a prompt's `left` tokens from position `n_past` a step computes under `budget`:
-/// all that are left if they fit; otherwise a chunk ending on a KV block boundary, so each
-/// whole block is computed in one batch, as a cold run computes it (`model::Batch::panel_runs`),
-/// at least up to the next boundary even past the budget.
-fn prefill_take(n_past: usize, left: usize, budget: usize) -> usize {
-    if left <= budget {
-        return left;
-    }
-    let end = (n_past + budget) / BLOCK_TOKENS * BLOCK_TOKENS;
-    let end = if end > n_past { end } else { (n_past / BLOCK_TOKENS + 1) * BLOCK_TOKENS };
-    (end - n_past).min(left)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{prefill_take, BLOCK_TOKENS as B};
-
-    #[test]
-    fn prefill_chunks_end_on_block_boundaries() {
-        // All that is left when it fits, wherever it ends.
-        assert_eq!(prefill_take(0, 100, 512), 100);
-        assert_eq!(prefill_take(B, 7, 7), 7);
-        // Otherwise down to a boundary...
-        assert_eq!(prefill_take(0, 1000, 100), 3 * B);
-        assert_eq!(prefill_take(2 * B, 1000, B + 5), B);
-        // ...or, under a budget smaller than a block, up to the next one.
-        assert_eq!(prefill_take(0, 1000, 5), B);
-        assert_eq!(prefill_take(B + 3, 1000, 5), B - 3);
-        assert_eq!(prefill_take(B + 3, 20, 5), 20);
-    }
 }
