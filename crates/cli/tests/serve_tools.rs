@@ -3,7 +3,8 @@
 //! not, `required`, a named tool, a tool result sent back, Ollama's whole calls), then with a
 //! DeepSeek-R1 template that opens `<think>` in the prompt and a Qwen3 template whose prompt
 //! does not (`--chat-template-file`): reasoning split off on both APIs, streamed and not. Llama
-//! 3.1's and Mistral Nemo's templates: calls in their formats, a tool result sent back.
+//! 3.1's, Mistral Nemo's and Qwen3's (thinking beside calls) templates: calls in their formats,
+//! a tool result sent back.
 
 mod common;
 
@@ -64,5 +65,11 @@ fn llama3_calls_through_its_own_template() {
 #[test]
 fn mistral_calls_through_its_own_template() {
     let t = template("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+    run_script(&["--chat-template-file", &t], "format");
+}
+
+#[test]
+fn qwen3_calls_beside_its_thinking_section() {
+    let t = template("Qwen-Qwen3-0.6B.jinja");
     run_script(&["--chat-template-file", &t], "format");
 }
