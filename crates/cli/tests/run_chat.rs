@@ -58,6 +58,11 @@ fn run_answers_as_chat_and_raw_continues() {
     assert_ne!(raw, answer, "--raw gave the chat answer");
 }
 
+/// `snug serve` on `model` as the CLI runs it: one sequence, 2 threads.
+fn serve(model: &Path) -> common::serve::Server {
+    common::serve::Server::start(model, &["--name", ALIAS, "--parallel", "1", "--threads", "2"])
+}
+
 /// `POST path` with a JSON body on `server`; the answer parsed.
 fn post(server: &common::serve::Server, path: &str, body: serde_json::Value) -> serde_json::Value {
     let (status, text) =
@@ -69,10 +74,7 @@ fn post(server: &common::serve::Server, path: &str, body: serde_json::Value) -> 
 #[test]
 fn the_cli_and_the_server_give_the_same_greedy_text() {
     let model = common::model(ALIAS);
-    let server = common::serve::Server::start(
-        &model,
-        &["--name", ALIAS, "--parallel", "1", "--threads", "2"],
-    );
+    let server = serve(&model);
     let options = serde_json::json!({"temperature": 0, "num_predict": 24});
     let schema_path =
         std::env::temp_dir().join(format!("snug-run-schema-{}.json", std::process::id()));
@@ -113,10 +115,7 @@ fn the_cli_and_the_server_give_the_same_greedy_text() {
 #[test]
 fn the_cli_reports_the_servers_logprobs() {
     let model = common::model(ALIAS);
-    let server = common::serve::Server::start(
-        &model,
-        &["--name", ALIAS, "--parallel", "1", "--threads", "2"],
-    );
+    let server = serve(&model);
     let (_, err) = snug(&["run", "--raw", "--logprobs", "2", PROMPT], &model, None);
     // One line per answer token: its log-probability first, then the text and alternatives.
     let cli: Vec<f32> =

@@ -43,20 +43,25 @@ pub struct Budget {
 /// Tokens each sequence computes this step, in the order given: 1 for a decoding sequence,
 /// the prompt tokens it reads (possibly 0) for a prefilling one.
 pub fn plan(seqs: &[Progress], budget: Budget) -> Vec<usize> {
+    let mut out = Vec::with_capacity(seqs.len());
+    plan_into(seqs, budget, &mut out);
+    out
+}
+
+/// [`plan`] into `out` (cleared first), for a caller that reuses it step after step.
+pub fn plan_into(seqs: &[Progress], budget: Budget, out: &mut Vec<usize>) {
+    out.clear();
     let decoding = seqs.iter().any(|s| !s.prefilling());
     let mut left = if decoding { budget.beside_decode } else { budget.idle };
-    seqs.iter()
-        .map(|s| {
-            if !s.prefilling() {
-                return 1;
-            }
-            let rest = s.prompt - s.n_past;
-            let n =
-                if budget.aligned { aligned_take(s.n_past, rest, left) } else { rest.min(left) };
-            left = left.saturating_sub(n);
-            n
-        })
-        .collect()
+    out.extend(seqs.iter().map(|s| {
+        if !s.prefilling() {
+            return 1;
+        }
+        let rest = s.prompt - s.n_past;
+        let n = if budget.aligned { aligned_take(s.n_past, rest, left) } else { rest.min(left) };
+        left = left.saturating_sub(n);
+        n
+    }));
 }
 
 /// Prompt tokens a prefill chunk takes from `n_past` with `rest` left and `budget` to spend,

@@ -602,6 +602,9 @@ struct Scheduler {
     batch: Batch,
     /// Slot of each output row of the batch.
     rows: Vec<usize>,
+    /// The step plan's input and output, reused step after step (`engine::step::plan_into`).
+    progress: Vec<step::Progress>,
+    plan: Vec<usize>,
     sizer: ChunkSizer,
     shed: Shed,
     /// What JSON mode's and the tool grammar's masks read of each token and the masked copy of
@@ -641,6 +644,8 @@ impl Scheduler {
             order: VecDeque::new(),
             batch: Batch::default(),
             rows: Vec::new(),
+            progress: Vec::new(),
+            plan: Vec::new(),
             sizer: ChunkSizer::default(),
             shed,
             masks: Masks::default(),
@@ -905,15 +910,14 @@ impl Scheduler {
             beside_decode: self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch)),
             aligned: panel_blocks,
         };
-        let progress: Vec<step::Progress> = self
-            .order
-            .iter()
-            .map(|&s| {
-                let q = self.slots[s].as_ref().expect("ordered slots are occupied");
-                step::Progress { prompt: q.job.req.prompt.len(), n_past: q.n_past }
-            })
-            .collect();
-        let plan = step::plan(&progress, budget);
+        let (mut progress, mut plan) =
+            (std::mem::take(&mut self.progress), std::mem::take(&mut self.plan));
+        progress.clear();
+        progress.extend(self.order.iter().map(|&s| {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            step::Progress { prompt: q.job.req.prompt.len(), n_past: q.n_past }
+        }));
+        step::plan_into(&progress, budget, &mut plan);
         // Decoding tokens first (their output rows in order), then the prompts' chunks.
         for &s in &self.order {
             let q = self.slots[s].as_ref().expect("ordered slots are occupied");
@@ -943,6 +947,7 @@ impl Scheduler {
                 }
             }
         }
+        (self.progress, self.plan) = (progress, plan);
         let n_prefill = self.batch.len() - n_decode;
         let t0 = Instant::now();
         if let Err(e) = self.ctx.decode(&self.batch) {

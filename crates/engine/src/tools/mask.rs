@@ -54,9 +54,9 @@ enum Phase {
 enum Think {
     /// Past it, or there is none: the phases run.
     Out,
-    /// At the start, `held` (whitespace, then a prefix of `<think>`) written so far: the
-    /// output may be opening the section.
-    Opening { held: Vec<u8> },
+    /// At the start, `held` (whitespace, then the first `at` bytes of `<think>`) written so
+    /// far: the output may be opening the section.
+    Opening { held: Vec<u8>, at: usize },
     /// Inside it, `matched` bytes of `</think>` matched.
     In { matched: usize },
 }
@@ -84,7 +84,7 @@ impl ToolMask {
         let fail = kmp_table(trigger);
         let think = match (grammar.reasoning, grammar.start) {
             (Reasoning::Open, _) => Think::In { matched: 0 },
-            (Reasoning::Tagged, Start::Lazy) => Think::Opening { held: Vec::new() },
+            (Reasoning::Tagged, Start::Lazy) => Think::Opening { held: Vec::new(), at: 0 },
             // A forced call starts at once; the parser reads no thinking before it.
             (Reasoning::Tagged, Start::Now) | (Reasoning::Off, _) => Think::Out,
         };
@@ -269,14 +269,14 @@ impl ToolMask {
                 }
                 self.think = Think::In { matched };
             }
-            Think::Opening { mut held } => {
+            Think::Opening { mut held, mut at } => {
                 for (k, &b) in bytes.iter().enumerate() {
-                    let at = held.iter().skip_while(|c| c.is_ascii_whitespace()).count();
                     if at == 0 && b.is_ascii_whitespace() {
                         held.push(b);
                     } else if THINK_OPEN.get(at) == Some(&b) {
                         held.push(b);
-                        if at + 1 == THINK_OPEN.len() {
+                        at += 1;
+                        if at == THINK_OPEN.len() {
                             self.think = Think::In { matched: 0 };
                             return self.accept(&bytes[k + 1..]);
                         }
@@ -286,7 +286,7 @@ impl ToolMask {
                         return self.accept_phases(&held);
                     }
                 }
-                self.think = Think::Opening { held };
+                self.think = Think::Opening { held, at };
             }
         }
     }
