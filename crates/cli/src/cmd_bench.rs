@@ -11,6 +11,7 @@ use quant::threads::ThreadPool;
 use serde_json::json;
 
 use crate::common::{attach, open, report, RunArgs};
+use crate::draft_args::DraftArgs;
 use crate::kv_args::kv_label;
 
 #[derive(Args, Debug)]
@@ -117,7 +118,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let needed = (cmd.n_prompt.max(cmd.depth + cmd.n_gen) + 1).max(16);
     let mut run = cmd.run.clone();
     run.ctx = run.ctx.or(Some(needed));
-    let (params, planned) = run.plan(model, needed, Some(needed), false)?;
+    let (params, planned) = run.plan(model, needed, Some(needed), false, &DraftArgs::off())?;
     let (threads, kv_label) = (params.n_threads, kv_label(params.kv_k, params.kv_v));
     let mut ctx = Context::new(Arc::clone(model), params);
     run.lora.apply(&mut ctx)?;

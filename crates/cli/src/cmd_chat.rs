@@ -12,6 +12,7 @@ use engine::{GenStats, GenerateParams, Session};
 use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::draft_args::DraftArgs;
 use crate::progress::PromptBar;
 
 #[derive(Args, Debug)]
@@ -27,6 +28,8 @@ pub struct ChatCmd {
     pub n_predict: usize,
     #[command(flatten)]
     pub run: RunArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -78,8 +81,9 @@ pub fn run(cmd: ChatCmd) -> anyhow::Result<()> {
     }
     // A conversation may fill the whole context: planned for it, then each turn pins as many
     // layers as the KV cache it can reach leaves room for.
-    let (params, planned) = cmd.run.plan(&m.model, 1, None, false)?;
+    let (params, planned) = cmd.run.plan(&m.model, 1, None, false, &cmd.draft)?;
     let mut session = Session::new(m.model.clone(), Arc::clone(&tok), params, sampling);
+    session.set_drafter(cmd.draft.drafter(&m, &params)?);
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let interrupted = Arc::new(AtomicBool::new(false));

@@ -87,6 +87,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
         json_mode: a.serve || a.parallel > 1,
+        draft_tokens: 0,
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.

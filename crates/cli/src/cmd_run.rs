@@ -21,6 +21,7 @@ use tokenizer::{ChatMessage, ChatTemplate};
 
 use crate::cmd_chat::{self, ChatCmd};
 use crate::common::{attach, open, report, RunArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::draft_args::DraftArgs;
 
 /// Tokens a plain (`--raw`) continuation generates at most unless `-n` says otherwise.
 const RAW_TOKENS: usize = 256;
@@ -66,6 +67,8 @@ pub struct RunCmd {
     pub no_special: bool,
     #[command(flatten)]
     pub run: RunArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -175,6 +178,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
             system: None,
             n_predict: cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS),
             run: cmd.run,
+            draft: cmd.draft,
             sampling: cmd.sampling,
         });
     };
@@ -229,8 +233,10 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
         tokens.len() + 1,
         Some(tokens.len() + n_predict),
         format.is_some(),
+        &cmd.draft,
     )?;
     let mut session = Session::new(m.model.clone(), m.tok.clone(), params, sampling);
+    session.set_drafter(cmd.draft.drafter(&m, &params)?);
     cmd.run.lora.apply(session.context_mut())?;
     let residence = attach(&planned, &m, session.context())?;
     let gen = GenerateParams {
@@ -262,8 +268,18 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
     for t in &stats.logprobs {
         eprintln!("{}", logprob_line(&m.tok, t));
     }
+    let drafts = if stats.drafted > 0 {
+        format!(
+            " | drafted {}, kept {} ({:.1} tok/pass)",
+            stats.drafted,
+            stats.kept,
+            stats.n_gen as f64 / stats.passes.max(1) as f64
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s | stop: {:?}",
+        "prompt {} tok, {:.1} tok/s | generated {} tok, {:.2} tok/s{drafts} | stop: {:?}",
         stats.n_prompt,
         stats.prompt_tok_s(),
         stats.n_gen,

@@ -150,6 +150,8 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         mem: cmd.run.mem.options(),
         adapter_bytes,
         json_mode: true,
+        draft_tokens: 0,
+        draft_bytes: 0,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
     eprintln!("snug: {} sequences, {}", cmd.parallel, planned.summary());

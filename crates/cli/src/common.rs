@@ -7,6 +7,8 @@ use clap::Args;
 use engine::SamplerParams;
 use model::{AdapterSet, Context, ContextParams, Lora, Model, ModelConfig};
 use runtime::{Loaded, Planned, Residence, RunOptions, RuntimeError};
+
+use crate::draft_args::DraftArgs;
 use tokenizer::Tokenizer;
 
 pub use hub::DEFAULT_MODEL;
@@ -192,13 +194,15 @@ impl RunArgs {
     /// that is known (prompt + tokens to generate). Prints the plan's one line (`--verbose`: the
     /// whole plan). Every verb that runs a model goes through here and then [`attach`], so
     /// `--ram`, `--load` and `--verbose` mean the same everywhere.
-    /// `json_mode`: the answer may be constrained (its vocabulary table counts).
+    /// `json_mode`: the answer may be constrained (its vocabulary table counts); `draft`: the
+    /// speculative decoding the run uses (its rows of logits and draft model count).
     pub fn plan(
         &self,
         model: &Model,
         needed: usize,
         n_kv: Option<usize>,
         json_mode: bool,
+        draft: &DraftArgs,
     ) -> anyhow::Result<(ContextParams, Planned)> {
         let (kv_k, kv_v) = self.kv.types()?;
         let kv_given = self.kv.kv.is_some() || self.kv.kv_k.is_some() || self.kv.kv_v.is_some();
@@ -213,6 +217,12 @@ impl RunArgs {
             mem: self.mem.options(),
             adapter_bytes: self.lora.bytes(&model.config)?,
             json_mode,
+            draft_tokens: draft.tokens(),
+            draft_bytes: draft.bytes(
+                self.ctx.unwrap_or_else(|| model.config.default_n_ctx().max(needed)),
+                self.ubatch,
+                self.threads.unwrap_or_else(default_threads),
+            )?,
         };
         let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
         eprintln!("snug: {}", planned.summary());

@@ -18,6 +18,7 @@ mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
 mod common;
+mod draft_args;
 mod kv_args;
 mod mem_args;
 mod progress;

@@ -2,6 +2,8 @@
 //!
 //! A [`Session`] remembers the tokens its KV cache holds, so a chat that re-renders the whole
 //! conversation each turn only prefills what is new (the longest common prefix is reused).
+//! With a drafter ([`Session::set_drafter`]) each pass also verifies guessed tokens
+//! ([`crate::draft`]): the output is the same, in fewer passes when the guesses are kept.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +11,7 @@ use std::time::Instant;
 use model::{Batch, Context, ContextParams, Model, ModelError};
 use tokenizer::Tokenizer;
 
+use crate::draft::{Drafter, Gate};
 use crate::json::{JsonFormat, JsonMask};
 use crate::logprobs::TokenLogprob;
 use crate::sampling::{Sampler, SamplerParams};
@@ -79,6 +82,11 @@ pub struct GenStats {
     pub stop: StopReason,
     /// Each answer token's log-probability, when [`GenerateParams::logprobs`] asked.
     pub logprobs: Vec<TokenLogprob>,
+    /// Guesses verified, and of them kept, with a drafter.
+    pub drafted: usize,
+    pub kept: usize,
+    /// Forward passes of the answer (tokens less kept guesses).
+    pub passes: usize,
 }
 
 impl GenStats {
@@ -109,9 +117,13 @@ pub struct Session {
     /// Tokens whose keys/values are in the cache, in order.
     history: Vec<u32>,
     batch: Batch,
+    /// Guesses for speculative decoding (none: one token a pass).
+    drafter: Option<Box<dyn Drafter>>,
 }
 
 impl Session {
+    /// One sequence in a context of `params`; its `n_outputs_max` less one is the most guesses
+    /// a pass verifies once a drafter is set.
     pub fn new(
         model: Arc<Model>,
         tok: Arc<Tokenizer>,
@@ -119,7 +131,7 @@ impl Session {
         sampling: SamplerParams,
     ) -> Session {
         let n_vocab = model.config.n_vocab;
-        let params = ContextParams { n_seq_max: 1, n_outputs_max: 1, ..params };
+        let params = ContextParams { n_seq_max: 1, ..params };
         Session {
             tok,
             ctx: Context::new(model, params),
@@ -127,7 +139,18 @@ impl Session {
             masks: Masks::default(),
             history: Vec::new(),
             batch: Batch::default(),
+            drafter: None,
         }
+    }
+
+    /// Samples with `p` from the next answer on (a fresh sampler: its seed, no penalty history).
+    pub fn set_sampling(&mut self, p: SamplerParams) {
+        self.sampler = Sampler::new(p, self.ctx.config().n_vocab);
+    }
+
+    /// Drafts guesses with `drafter` from the next answer on (`None`: one token a pass).
+    pub fn set_drafter(&mut self, drafter: Option<Box<dyn Drafter>>) {
+        self.drafter = drafter;
     }
 
     /// Heap one session holds besides its [`Context`], at most: the token history and the
@@ -234,11 +257,20 @@ impl Session {
         )
         .ignoring_eos(params.ignore_eos)
         .constrained(params.format.as_ref().map(JsonMask::new), None);
+        if let Some(d) = self.drafter.as_mut() {
+            d.start(prompt);
+        }
+        let mut gate = Gate::new();
+        // The guesses the last pass computed after its first token, and the row to sample next
+        // (row `i` follows the `i`-th of them; row 0 the pass's first token).
+        let mut drafts: Vec<u32> = Vec::new();
+        let mut row = 0;
+        let (mut drafted, mut kept, mut passes) = (0, 0, 0);
         let mut out = Vec::new();
         let mut logprobs = Vec::new();
         let mut stop = StopReason::MaxTokens;
         while out.len() < params.n_predict {
-            let logits = self.ctx.logits(0);
+            let logits = self.ctx.logits(row);
             let Some(next) = answer.sample(&mut self.sampler, logits, &mut self.masks) else {
                 // Nothing continues the JSON value: the answer ends as it is.
                 stop = StopReason::Eog;
@@ -260,18 +292,55 @@ impl Session {
                 stop = StopReason::Cancelled;
                 break;
             }
-            match step.finish {
-                None => {}
-                Some(f) => {
-                    stop = StopReason::from(f);
-                    break;
+            if let Some(f) = step.finish {
+                stop = StopReason::from(f);
+                break;
+            }
+            if let Some(d) = self.drafter.as_mut() {
+                d.extend(&[next]);
+            }
+            if drafts.get(row) == Some(&next) {
+                // The last pass computed this guess at `pos`: sample the row after it.
+                self.history.push(next);
+                row += 1;
+                kept += 1;
+                continue;
+            }
+            gate.observe(drafts.len(), row);
+            // Rejected guesses leave the cache; `next` and new guesses go in one pass.
+            self.ctx.kv.seq_truncate(0, pos);
+            drafts.clear();
+            row = 0;
+            let n_ctx = self.n_ctx();
+            if let Some(d) = self.drafter.as_mut() {
+                let ctx_room = if self.ctx.kv.unbounded() {
+                    usize::MAX
+                } else {
+                    n_ctx.saturating_sub(pos + 1)
+                };
+                let room = (params.n_predict - out.len())
+                    .min(ctx_room)
+                    .min(self.ctx.params.n_outputs_max - 1)
+                    .min(self.ctx.kv.draft_room(pos));
+                let want = gate.want(room);
+                // A drafter that fails only costs its guesses.
+                if want > 0 && d.draft(want, &mut drafts).is_err() {
+                    drafts.clear();
                 }
+                drafts.truncate(want);
+                drafted += drafts.len();
             }
             self.batch.clear();
             self.batch.push(next, pos, 0, true);
+            for (i, &g) in drafts.iter().enumerate() {
+                self.batch.push(g, pos + 1 + i, 0, true);
+            }
             self.ctx.decode(&self.batch)?;
+            passes += 1;
             self.history.push(next);
         }
+        // Guesses computed past the answer's end leave the cache.
+        self.ctx.kv.seq_truncate(0, self.history.len());
         if stop != StopReason::Cancelled {
             let rest = answer.flush();
             if !rest.is_empty() {
@@ -286,6 +355,9 @@ impl Session {
             gen_secs: t1.elapsed().as_secs_f64(),
             stop,
             logprobs,
+            drafted,
+            kept,
+            passes,
         };
         Ok((out, stats))
     }

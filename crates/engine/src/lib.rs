@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod draft;
 pub mod embed;
 pub mod fim;
 pub mod generate;

@@ -5,9 +5,13 @@
 //! dequantized once (into an f32 `[32][head_dim]` tile) for all of them. Each row keeps a running
 //! max `m`, sum `l` and unnormalised output `o` (flash-attention style): per block, scores for
 //! the 32 keys (one kernel call), a vectorized `exp`, and the block's weighted values added in
-//! one pass. With fewer items than threads (decode with one KV head, or a few sequences), an
-//! item's key blocks are split across threads and the partial `(m, l, o)` merged at the end
-//! (split-K). All scratch is the caller's per-thread buffer ([`scratch_floats`]). The per-block
+//! one pass. When a lone decode token would leave threads idle (fewer KV heads than twice the
+//! threads), an item's key blocks are split across threads and the partial `(m, l, o)` merged
+//! at the end (split-K). The split count is a property of the model and the thread count, not of
+//! the batch: every token of a batch of at most [`SPLIT_TOKENS`] single-token items is split as a
+//! lone decode token would be, so a token's output is bit-identical whether it is decoded alone,
+//! beside other sequences' decode tokens, or verified together with drafted tokens
+//! (speculative decoding relies on it). All scratch is the caller's per-thread buffer ([`scratch_floats`]). The per-block
 //! arithmetic (scores, `exp`, weighted values) is the [`tiles`] kernels'; this file is the
 //! blocking, masking and bookkeeping around them.
 
@@ -36,12 +40,22 @@ fn thread_floats(c: &ModelConfig) -> usize {
     B * hd + B * hdv + 2 * hd + max_rows(c) * (B + 2 + hdv)
 }
 
-/// Most split-K partial results alive at once, per thread (see [`n_splits`]).
+/// Most split-K tasks per thread a lone decode token makes (see [`n_splits`]).
 const SPLIT_TASKS_PER_THREAD: usize = 4;
 
-/// Floats of split-K partials: `[tasks][group][m, l, o (head_dim_v)]`.
+/// Most batch tokens whose items are split: a batch this small runs one token per item, and
+/// every token is split like a lone decode token. Covers a verification pass (a decode token and
+/// its drafts) and a few sequences decoding together.
+pub const SPLIT_TOKENS: usize = 32;
+
+/// Floats of split-K partials: `[tasks][group][m, l, o (head_dim_v)]`, for [`SPLIT_TOKENS`]
+/// tokens of `n_head_kv` items each split [`n_splits`] ways (none when a lone token is not split).
 fn split_floats(c: &ModelConfig, n_threads: usize) -> usize {
-    SPLIT_TASKS_PER_THREAD * n_threads * (c.n_head / c.n_head_kv) * (c.head_dim_v + 2)
+    let s = n_splits(c.n_head_kv, n_threads.max(1), 1);
+    if s == 1 {
+        return 0;
+    }
+    SPLIT_TOKENS * c.n_head_kv * s * (c.n_head / c.n_head_kv) * (c.head_dim_v + 2)
 }
 
 /// Floats of attention scratch a context with `n_threads` threads needs (the memory planner
@@ -93,7 +107,8 @@ pub fn attention(
     assert!(out.len() >= n * out_w && q.len() >= n * c.q_dim());
     let tile = (n / (nth * 8)).clamp(1, TILE_TOKENS);
     let items = n.div_ceil(tile) * nkv;
-    let splits = n_splits(items, nth, tile);
+    // Each token split as it would be alone (the module doc says why).
+    let splits = if tile == 1 && n <= SPLIT_TOKENS { n_splits(nkv, nth, 1) } else { 1 };
     let tasks = items * splits;
     let stride = thread_floats(c);
     let part_w = group * (hdv + 2);
@@ -566,6 +581,22 @@ mod tests {
                         i / c.q_dim()
                     );
                 }
+                // A small batch gives each token exactly what it gets alone.
+                if n <= SPLIT_TOKENS && n < 16 * nth {
+                    for t in 0..n {
+                        let mut one = Batch::default();
+                        one.push(0, batch.pos[t], batch.seq[t], false);
+                        let w = c.q_dim();
+                        let mut alone = vec![f32::NAN; w];
+                        let qt = &q[t * w..(t + 1) * w];
+                        attention(&pool, &c, &kv, 0, &one, 0, 1, qt, &mut alone, &mut tmp);
+                        let got = &out[t * w..(t + 1) * w];
+                        assert!(
+                            got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{kt}/{vt} threads {nth}: token {t} differs from its lone decode"
+                        );
+                    }
+                }
             }
         }
     }
@@ -584,6 +615,28 @@ mod tests {
                 softcap: None,
                 lens,
                 queries: vec![(0, lens[0] - 1)],
+                evict_at: None,
+            };
+            check(&case, &[1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn a_verification_batch_gives_each_token_its_lone_decode() {
+        // A decode token and its drafts (consecutive positions of one sequence) beside another
+        // sequence's decode token; one KV head splits at 2 and 3 threads, two at 3.
+        for nkv in [1, 2] {
+            let mut queries: Vec<(usize, usize)> = (90..100).map(|p| (0, p)).collect();
+            queries.push((1, 39));
+            let case = Case {
+                n_head: 6,
+                n_head_kv: nkv,
+                hd: 64,
+                window: None,
+                user: None,
+                softcap: None,
+                lens: [100, 40],
+                queries,
                 evict_at: None,
             };
             check(&case, &[1, 2, 3]);
@@ -679,6 +732,15 @@ mod tests {
                     s >= 1 && (s == 1 || items * s <= SPLIT_TASKS_PER_THREAD * nth),
                     "items {items} threads {nth}: {s}"
                 );
+            }
+        }
+        // A full split batch fits the partials: SPLIT_TOKENS tokens × n_head_kv items × splits.
+        for nkv in 1..=8 {
+            let c = config(nkv * 4, nkv, 64, None, None);
+            for nth in 1..=16 {
+                let s = n_splits(nkv, nth, 1);
+                let part_w = 4 * (64 + 2);
+                assert!(s == 1 || SPLIT_TOKENS * nkv * s * part_w <= split_floats(&c, nth));
             }
         }
     }

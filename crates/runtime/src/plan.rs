@@ -108,6 +108,9 @@ pub struct ModelFacts {
     /// Heap bytes of the LoRA adapters loaded beside the model (`model::Lora::bytes`); 0
     /// without adapters. Not part of the file: callers that load adapters set it.
     pub adapter_bytes: u64,
+    /// A draft model's predicted peak beside this one (its mapped weights, cache and buffers,
+    /// [`draft_bytes`]); 0 without. Not part of the file: callers that load one set it.
+    pub draft_bytes: u64,
 }
 
 impl ModelFacts {
@@ -159,6 +162,7 @@ impl ModelFacts {
             output_tied,
             other_bytes: other,
             adapter_bytes: 0,
+            draft_bytes: 0,
             n_tokens: toks.len() as u64,
             token_text_bytes: toks.iter().map(|s| s.len() as u64).sum(),
             n_merges: merges.len() as u64,
@@ -208,6 +212,9 @@ pub struct Request {
     /// JSON mode may run (a server): its per-vocabulary table and masked row of logits
     /// (`engine::JsonVocab::heap_bytes`) count, from the first JSON-mode request on.
     pub json_mode: bool,
+    /// Drafted tokens a step may verify beside its decode tokens (speculative decoding, at most
+    /// `engine::draft::MAX_DRAFT`; 0 without): each is one more row of logits.
+    pub draft_tokens: usize,
 }
 
 impl Request {
@@ -217,14 +224,14 @@ impl Request {
     }
 
     /// The context sizes the runtime allocates for this configuration: `n_seq` sequences with a
-    /// row of logits each, the KV precisions chosen.
+    /// row of logits each and one per drafted token, the KV precisions chosen.
     pub fn context_params(&self, base: ContextParams) -> ContextParams {
         ContextParams {
             n_ctx: self.n_ctx,
             n_ubatch: self.n_ubatch,
             n_threads: self.n_threads,
             n_seq_max: self.n_seq.max(1),
-            n_outputs_max: self.n_seq.max(1),
+            n_outputs_max: self.n_seq.max(1) + self.draft_tokens,
             kv_k: self.kv_k,
             kv_v: self.kv_v,
             ..base
@@ -251,6 +258,8 @@ pub struct Prediction {
     pub tokenizer: u64,
     /// LoRA adapters ([`ModelFacts::adapter_bytes`]).
     pub adapters: u64,
+    /// A draft model ([`ModelFacts::draft_bytes`]).
+    pub draft: u64,
     pub overhead: u64,
     pub total: u64,
 }
@@ -265,6 +274,7 @@ impl Prediction {
             ("logits", self.logits),
             ("tokenizer heap", self.tokenizer),
             ("LoRA adapters", self.adapters),
+            ("draft model", self.draft),
             ("process", self.overhead),
             ("peak RSS", self.total),
         ]
@@ -385,11 +395,40 @@ pub fn predict(c: &ModelConfig, m: &ModelFacts, r: &Request) -> Prediction {
         logits,
         tokenizer,
         adapters: m.adapter_bytes,
+        draft: m.draft_bytes,
         overhead,
-        total: [kv, arena, logits, tokenizer, m.adapter_bytes, overhead]
+        total: [kv, arena, logits, tokenizer, m.adapter_bytes, m.draft_bytes, overhead]
             .into_iter()
             .fold(weights, u64::saturating_add),
     }
+}
+
+/// What a draft model (configuration `c`, file facts `m`) costs beside the model at its peak:
+/// its weights as mapped, its f16 KV cache for `n_ctx` positions of one sequence, its buffers
+/// and one row of logits. The tokenizer and the process are the model's, counted once.
+pub fn draft_bytes(
+    c: &ModelConfig,
+    m: &ModelFacts,
+    n_ctx: usize,
+    n_ubatch: usize,
+    n_threads: usize,
+) -> u64 {
+    let r = Request {
+        n_ctx,
+        n_kv: n_ctx,
+        kv_k: KvType::F16,
+        kv_v: KvType::F16,
+        n_ubatch,
+        n_threads,
+        n_seq: 1,
+        residency: Residency::Mmap,
+        pinned_layers: c.n_layer,
+        kv_windowed: true,
+        json_mode: false,
+        draft_tokens: 0,
+    };
+    let p = predict(c, &ModelFacts { adapter_bytes: 0, draft_bytes: 0, ..m.clone() }, &r);
+    p.total.saturating_sub(p.tokenizer).saturating_sub(p.overhead)
 }
 
 /// Bytes kept free below the budget: page tables, the page cache of the file header, noise.
@@ -418,6 +457,8 @@ pub struct Wants {
     pub kv_windowed: bool,
     /// [`Request::json_mode`].
     pub json_mode: bool,
+    /// [`Request::draft_tokens`].
+    pub draft_tokens: usize,
 }
 
 /// The chosen configuration and why.
@@ -473,6 +514,7 @@ pub fn choose(
         pinned_layers: pinned,
         kv_windowed: w.kv_windowed,
         json_mode: w.json_mode,
+        draft_tokens: w.draft_tokens,
     };
     let whole = match w.residency {
         Some(Residency::Stream) => vec![],
@@ -706,6 +748,7 @@ pub(crate) mod tests {
             n_merges: 151387,
             merge_text_bytes: 1_500_000,
             adapter_bytes: 0,
+            draft_bytes: 0,
         };
         (c, m)
     }
@@ -750,7 +793,9 @@ pub(crate) mod tests {
         let win = kv_bytes(&c, f16, 4096, 512, true);
         let row = 2 * 512 * 2;
         assert_eq!(full, row * 28 * 4096);
-        assert_eq!(win, row * (4 * 4096 + 24 * 1056));
+        // A local layer: window 512 + 16 kept for a draft's rollback + ubatch 512 + an edge block
+        // of 32 = 1072 positions, in 34 whole blocks.
+        assert_eq!(win, row * (4 * 4096 + 24 * 1088));
         assert!(win < full);
     }
 
@@ -767,6 +812,7 @@ pub(crate) mod tests {
             kv_available: vec![KvType::F16],
             kv_windowed: false,
             json_mode: false,
+            draft_tokens: 0,
         }
     }
 

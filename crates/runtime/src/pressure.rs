@@ -358,6 +358,7 @@ mod tests {
             pinned_layers: pinned,
             kv_windowed: false,
             json_mode: false,
+            draft_tokens: 0,
         };
         Fit::new(config, facts, request, budget)
     }

@@ -113,6 +113,10 @@ pub struct RunOptions {
     pub adapter_bytes: u64,
     /// JSON mode may run (a server; [`crate::plan::Request::json_mode`]).
     pub json_mode: bool,
+    /// Drafted tokens a step may verify ([`crate::plan::Request::draft_tokens`]; 0 without).
+    pub draft_tokens: usize,
+    /// A draft model's peak beside the model ([`crate::plan::draft_bytes`]; 0 without).
+    pub draft_bytes: u64,
 }
 
 impl Default for RunOptions {
@@ -129,6 +133,8 @@ impl Default for RunOptions {
             mem: MemOptions::default(),
             adapter_bytes: 0,
             json_mode: false,
+            draft_tokens: 0,
+            draft_bytes: 0,
         }
     }
 }
@@ -202,9 +208,13 @@ pub fn plan(
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
         json_mode: o.json_mode,
+        draft_tokens: o.draft_tokens,
     };
-    let facts =
-        ModelFacts { adapter_bytes: o.adapter_bytes, ..ModelFacts::from_gguf(&model.file, c) };
+    let facts = ModelFacts {
+        adapter_bytes: o.adapter_bytes,
+        draft_bytes: o.draft_bytes,
+        ..ModelFacts::from_gguf(&model.file, c)
+    };
     let choice = plan::choose(c, &facts, budget.bytes, &wants)
         .map_err(|fit| RuntimeError::DoesNotFit { fit, source_name: budget.source.to_string() })?;
     let params = choice.request.context_params(ContextParams {

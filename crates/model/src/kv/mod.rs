@@ -32,6 +32,11 @@ pub type SeqId = usize;
 
 /// Tokens per KV block.
 pub const BLOCK_TOKENS: usize = 32;
+
+/// Positions past a sliding window that a sequence keeps anyway, so that a speculative pass
+/// (a decode token and up to this many drafted ones) can be truncated back without losing keys
+/// the next query still sees: eviction runs this far behind the newest position.
+pub const ROLLBACK_TOKENS: usize = 16;
 const _: () = assert!(BLOCK_TOKENS == format::KEY_BLOCK_TOKENS);
 
 /// `SeqKv::tail` of a layer with no block being filled.
@@ -57,10 +62,14 @@ pub fn kv_bytes_per_token(cfg: &ModelConfig, k: KvType, v: KvType) -> usize {
 
 /// Positions, in whole blocks, that one layer of one sequence holds at its peak in a context of
 /// `n_ctx` computed `n_ubatch` tokens at a time: every position, or for a sliding-window layer
-/// its window plus the micro-batch being computed plus one partly filled edge block (blocks a
-/// window frees are reused before fresh ones are taken).
+/// its window, the [`ROLLBACK_TOKENS`] kept past it, the micro-batch being computed and one
+/// partly filled edge block (blocks a window frees are reused before fresh ones are taken).
 pub fn layer_peak_positions(window: Option<usize>, n_ctx: usize, n_ubatch: usize) -> usize {
-    let span = |w: usize| w.saturating_add(n_ubatch.max(1)).saturating_add(BLOCK_TOKENS);
+    let span = |w: usize| {
+        w.saturating_add(ROLLBACK_TOKENS)
+            .saturating_add(n_ubatch.max(1))
+            .saturating_add(BLOCK_TOKENS)
+    };
     let pos = window.map_or(n_ctx, |w| span(w).min(n_ctx));
     pos.div_ceil(BLOCK_TOKENS).saturating_mul(BLOCK_TOKENS)
 }
@@ -201,8 +210,8 @@ impl KvCache {
         // being computed, two partly-filled edge blocks, and one copy-on-write block.
         let ub = p.n_ubatch.max(1);
         let span = |w: &LayerWindow| match w.window {
-            Some(win) if user.is_some() => win + ub + w.sinks,
-            Some(win) => (win + ub).min(p.n_ctx),
+            Some(win) if user.is_some() => win + ROLLBACK_TOKENS + ub + w.sinks,
+            Some(win) => (win + ROLLBACK_TOKENS + ub).min(p.n_ctx),
             None => p.n_ctx,
         };
         let per_seq: usize = windows.iter().map(|w| span(w).div_ceil(BLOCK_TOKENS) + 3).sum();
@@ -261,6 +270,19 @@ impl KvCache {
 
     pub fn layer_window(&self, il: usize) -> LayerWindow {
         self.windows[il]
+    }
+
+    /// Drafted tokens a speculative pass may write after a decode token at `pos` and still be
+    /// truncated back exactly to any position past `pos`: [`ROLLBACK_TOKENS`] (what a window
+    /// keeps behind), and with per-channel keys no more than stay inside the block `pos + 1`
+    /// falls in, since a block quantized at its last token and then cut would be staged again
+    /// from its 4-bit keys.
+    pub fn draft_room(&self, pos: usize) -> usize {
+        if self.k_type.k_per_channel() {
+            ROLLBACK_TOKENS.min(BLOCK_TOKENS - 1 - (pos + 1) % BLOCK_TOKENS)
+        } else {
+            ROLLBACK_TOKENS
+        }
     }
 
     /// True when a window lets positions grow past `n_ctx` (generation with context shift).
@@ -360,8 +382,9 @@ impl KvCache {
         let Some(Some(s)) = self.seqs.get_mut(seq) else {
             return;
         };
-        // Queries after `pos` start at `pos + 2 - win`: every position below is dead.
-        let first_live = (pos + 2).saturating_sub(win);
+        // Queries after `pos` start at `pos + 2 - win`: every position below is dead, but the
+        // last ROLLBACK_TOKENS of them stay for a truncation back to `pos - ROLLBACK_TOKENS`.
+        let first_live = (pos + 2).saturating_sub(win + ROLLBACK_TOKENS);
         let sink_blocks = w.sinks.div_ceil(BLOCK_TOKENS);
         let end = (first_live / BLOCK_TOKENS).min(s.tables[il].len());
         let start = s.freed_to[il].max(sink_blocks);
