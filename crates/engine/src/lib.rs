@@ -12,6 +12,7 @@ pub mod json_syntax;
 pub mod logprobs;
 pub mod perplexity;
 pub mod sampling;
+pub mod scheduler;
 pub mod sequence;
 pub mod step;
 pub mod stops;

@@ -28,9 +28,9 @@ use serde_json::{json, Value};
 use crate::api::limits;
 use crate::error::{body_bytes, from_json, ApiError, Style};
 use crate::openapi::{json_content, schema_of, ExtraRoute};
-use crate::scheduler::{Event, FinishReason};
 use crate::AppState;
 use crate::Shared;
+use engine::scheduler::{Event, FinishReason};
 
 /// The routes of this module (wired beside the core APIs by [`crate::router`]).
 pub fn routes() -> Router<std::sync::Arc<AppState>> {
