@@ -1,4 +1,5 @@
-//! Running models: sampling, generation with streaming text and stop conditions, and
+//! Running models: sampling, generation with streaming text and stop conditions, the
+//! continuous-batching scheduler ([`scheduler`]) that serves many requests on one context, and
 //! evaluation against reference logits.
 
 #![forbid(unsafe_code)]

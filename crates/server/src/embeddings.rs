@@ -2,7 +2,7 @@
 //! `POST /api/embeddings`.
 //!
 //! Each input is tokenized as llama-server does (BOS/EOS as the model adds them, special texts
-//! parsed), then the request's inputs run as one scheduler job ([`crate::scheduler`]'s `embed`
+//! parsed), then the request's inputs run as one scheduler job ([`engine::scheduler`]'s `embed`
 //! module: each input its own KV sequence, in turn in one slot, as prefill beside other
 //! requests' decoding). The pooling is the server's (`--pooling`, else the file's
 //! `{arch}.pooling_type`, else mean: [`engine::embed::pooling_for`]). Vectors are cut to

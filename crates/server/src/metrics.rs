@@ -254,24 +254,26 @@ impl Metrics {
                 $(registry.register($name, $help, $metric.clone());)*
             };
         }
+        let c = counters;
         register! {
             "http_requests": "HTTP requests by route and status" => requests,
-            "queue_depth": "Requests waiting for a free sequence" => Exported(counters.queued.clone()),
-            "running_sequences": "Sequences being computed" => Exported(counters.running.clone()),
-            "prompt_tokens": "Prompt tokens computed" => Exported(counters.prompt_tokens.clone()),
-            "generated_tokens": "Tokens generated" => Exported(counters.generated_tokens.clone()),
+            "queue_depth": "Requests waiting for a free sequence" => Exported(c.queued.clone()),
+            "running_sequences": "Sequences being computed" => Exported(c.running.clone()),
+            "prompt_tokens": "Prompt tokens computed" => Exported(c.prompt_tokens.clone()),
+            "generated_tokens": "Tokens generated" => Exported(c.generated_tokens.clone()),
             "time_to_first_token_seconds": "Seconds from a request's admission to its first token"
-                => Exported(counters.ttft.clone()),
+                => Exported(c.ttft.clone()),
             "inter_token_seconds": "Seconds between consecutive tokens of one sequence"
-                => Exported(counters.itl.clone()),
-            "kv_blocks_used": "KV cache blocks held by running sequences" => Exported(counters.kv_blocks_used.clone()),
-            "kv_blocks_free": "KV cache blocks free" => Exported(counters.kv_blocks_free.clone()),
+                => Exported(c.itl.clone()),
+            "kv_blocks_used": "KV cache blocks held by running sequences"
+                => Exported(c.kv_blocks_used.clone()),
+            "kv_blocks_free": "KV cache blocks free" => Exported(c.kv_blocks_free.clone()),
             "kv_blocks_cached": "KV cache blocks held only by the prefix cache"
-                => Exported(counters.kv_blocks_cached.clone()),
+                => Exported(c.kv_blocks_cached.clone()),
             "prefix_hit_tokens": "Prompt tokens whose KV came from the prefix cache"
-                => Exported(counters.prefix_hit_tokens.clone()),
+                => Exported(c.prefix_hit_tokens.clone()),
             "prefix_cache_sheds": "Times the prefix cache was dropped for memory pressure"
-                => Exported(counters.prefix_sheds.clone()),
+                => Exported(c.prefix_sheds.clone()),
             "resident_memory_bytes": "Resident set of the server process" => rss,
             "memory_budget_bytes": "The memory budget the server's plan was made in"
                 => budget_gauge,

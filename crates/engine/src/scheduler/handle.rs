@@ -136,8 +136,8 @@ impl Handle {
     }
 
     /// Ends every job running or waiting, and any submitted from now on, at the scheduler's
-    /// next step with [`super::FinishReason::Aborted`] (a well-formed end with the text so far): the
-    /// last act of a drain whose grace period ran out. Cannot be undone.
+    /// next step with [`super::FinishReason::Aborted`] (a well-formed end with the text so
+    /// far): the last act of a drain whose grace period ran out. Cannot be undone.
     pub fn close(&self) {
         self.life.closing.store(true, Ordering::Release);
     }

@@ -66,12 +66,12 @@
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
 //! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
 //!
-//! Where it lives: here in the engine, beside the pieces it runs ([`crate::Sequence`]'s finish rule,
-//! [`crate::step`]'s plan). The server only decodes HTTP requests into [`Request`]s, submits
-//! them on a [`Handle`] and turns the [`Event`]s it receives into responses; `/metrics`
+//! Where it lives: here in the engine, beside the pieces it runs ([`crate::Sequence`]'s finish
+//! rule, [`crate::step`]'s plan). The server only decodes HTTP requests into [`Request`]s,
+//! submits them on a [`Handle`] and turns the [`Event`]s it receives into responses; `/metrics`
 //! registers the [`Counters`] (plain shared atomics and histograms) under their Prometheus
 //! names. Answers go back on tokio's unbounded channels (its `sync` part alone, which needs no
-//! runtime): a handler awaits them, a test or a command-line caller blocks on them.
+//! runtime): a handler awaits them, a test blocks on them.
 //!
 //! Files: [`handle`] the submitting side (admission, tickets, shedding, shutdown); `run` the
 //! thread's loop (taking jobs into slots, releasing them, failing and aborting); `pass` one

@@ -21,11 +21,13 @@ use crate::step::{self, ChunkSizer};
 use crate::tools::ToolGrammar;
 use crate::{JsonMask, Sampler, StopMatcher};
 
+/// What the scheduler thread owns: the context, the slots and their sequences, the jobs
+/// waiting, and the buffers a step reuses.
 pub(super) struct Scheduler {
     pub(super) ctx: Context,
     pub(super) tok: Arc<Tokenizer>,
     pub(super) rx: Receiver<(Job, Instant)>,
-    /// [`Handle`]'s count of jobs waiting or running: decremented as each one leaves.
+    /// [`super::Handle`]'s count of jobs waiting or running: decremented as each one leaves.
     pub(super) outstanding: Arc<AtomicUsize>,
     pub(super) counters: Counters,
     pub(super) opts: SchedulerOptions,
@@ -88,7 +90,7 @@ impl Scheduler {
         }
     }
 
-    /// Drops the prefix cache if [`Handle::shed_prefix_cache`] asked for it.
+    /// Drops the prefix cache if [`super::Handle::shed_prefix_cache`] asked for it.
     pub(super) fn shed_if_asked(&mut self) {
         if self.shed.take() {
             self.ctx.kv.prefix_clear();
@@ -156,7 +158,7 @@ impl Scheduler {
     /// waiting job has an adapter).
     fn publish_waiting_adapters(&self) {
         let mut now: Vec<String> = (self.waiting.iter())
-            .flat_map(|(j, _)| j.req.adapters.leases.iter().map(|(l, _)| l.lora().name.clone()))
+            .flat_map(|(j, _)| j.req.adapters.names().map(str::to_owned))
             .collect();
         now.sort_unstable();
         now.dedup();
