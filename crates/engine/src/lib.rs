@@ -1,4 +1,5 @@
-//! Running models: sampling, generation with streaming text and stop conditions, and
+//! Running models: sampling, generation with streaming text and stop conditions, the
+//! continuous-batching scheduler ([`scheduler`]) that serves many requests on one context, and
 //! evaluation against reference logits.
 
 #![forbid(unsafe_code)]
@@ -13,6 +14,7 @@ pub mod json_syntax;
 pub mod logprobs;
 pub mod perplexity;
 pub mod sampling;
+pub mod scheduler;
 pub mod sequence;
 pub mod step;
 pub mod stops;

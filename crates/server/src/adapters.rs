@@ -5,7 +5,7 @@
 //! handlers and the scheduler: registering one only validates its file (it stays cold, on
 //! disk); [`AdapterStore::acquire`] loads or promotes it and pins it with a lease. Handlers
 //! acquire on tokio's blocking pool ([`Adapters::lease`]), so a cold adapter loading never
-//! holds up the scheduler's step or the other sequences; the [`AdapterSet`] of leases travels
+//! holds up the scheduler's step or the other sequences; the [`JobAdapters`] of leases travels
 //! with the job, the scheduler sets the sequence's adapters when it admits the job and clears
 //! them (dropping the leases) when the sequence ends or its client goes away. An adapter
 //! removed while in use is unregistered at once (new requests get 404); the requests holding a
@@ -54,7 +54,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use model::lora::{AdapterInfo, AdapterLease, AdapterStore, Lora, LoraError, Tier};
+use engine::scheduler::JobAdapters;
+use model::lora::{AdapterInfo, AdapterStore, LoraError, Tier};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -110,34 +111,6 @@ pub fn check_lora(style: Style, list: &[LoraScale]) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// The adapters a job runs with, leased: held until the job's sequence ends.
-#[derive(Clone, Default)]
-pub struct AdapterSet {
-    pub leases: Vec<(AdapterLease, f32)>,
-    /// The prefix-cache salt of the set (0 for none): KV computed under one set of adapters is
-    /// never shared with another.
-    pub salt: u64,
-}
-
-impl AdapterSet {
-    /// The loaded adapters and their scales, for `Context::set_adapters`.
-    pub fn loras(&self) -> Vec<(Arc<Lora>, f32)> {
-        self.leases.iter().map(|(l, s)| (l.lora().clone(), *s)).collect()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
-    }
-}
-
-impl std::fmt::Debug for AdapterSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<(&str, f32)> =
-            self.leases.iter().map(|(l, s)| (l.lora().name.as_str(), *s)).collect();
-        f.debug_struct("AdapterSet").field("leases", &names).field("salt", &self.salt).finish()
-    }
 }
 
 /// The server's adapters: the store, the directory files may come from, the default scales.
@@ -359,9 +332,9 @@ impl Adapters {
         self: &Arc<Self>,
         style: Style,
         set: Vec<(String, f32)>,
-    ) -> Result<AdapterSet, ApiError> {
+    ) -> Result<JobAdapters, ApiError> {
         if set.is_empty() {
-            return Ok(AdapterSet::default());
+            return Ok(JobAdapters::default());
         }
         let t0 = std::time::Instant::now();
         loop {
@@ -384,7 +357,7 @@ impl Adapters {
         self: &Arc<Self>,
         style: Style,
         set: Vec<(String, f32)>,
-    ) -> Result<Result<AdapterSet, (String, LoraError)>, ApiError> {
+    ) -> Result<Result<JobAdapters, (String, LoraError)>, ApiError> {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut leases = Vec::with_capacity(set.len());
@@ -393,7 +366,7 @@ impl Adapters {
                 leases.push((lease, scale));
             }
             let salt = me.store.salt(&leases);
-            Ok(AdapterSet { leases, salt })
+            Ok(JobAdapters { leases, salt })
         })
         .await
         .map_err(|e| {

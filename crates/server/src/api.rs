@@ -16,9 +16,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::adapters::{AdapterSet, LoraScale};
+use engine::scheduler::{self, Event, Finish, JobAdapters, Refused, Ticket};
+
+use crate::adapters::LoraScale;
 use crate::error::{ApiError, Style};
-use crate::scheduler::{self, Event, Finish, Refused, Ticket};
 use crate::{adapters, AppState};
 
 pub mod limits;
@@ -95,7 +96,7 @@ impl AppState {
         style: Style,
         model: Option<&str>,
         lora: Option<&[LoraScale]>,
-    ) -> Result<AdapterSet, ApiError> {
+    ) -> Result<JobAdapters, ApiError> {
         let named = self.check_model(style, model)?;
         let set = self.adapters.select(style, named.as_deref(), lora)?;
         for (name, _) in &set {
@@ -175,7 +176,7 @@ impl AppState {
         ticket: Ticket,
         prompt: Vec<u32>,
         s: Settings,
-        adapters: AdapterSet,
+        adapters: JobAdapters,
         logprobs: Option<usize>,
     ) -> Result<
         (UnboundedReceiver<Event>, Option<UnboundedReceiver<engine::logprobs::TokenLogprob>>),

@@ -2,7 +2,7 @@
 //! `POST /api/embeddings`.
 //!
 //! Each input is tokenized as llama-server does (BOS/EOS as the model adds them, special texts
-//! parsed), then the request's inputs run as one scheduler job ([`crate::scheduler`]'s `embed`
+//! parsed), then the request's inputs run as one scheduler job ([`engine::scheduler`]'s `embed`
 //! module: each input its own KV sequence, in turn in one slot, as prefill beside other
 //! requests' decoding). The pooling is the server's (`--pooling`, else the file's
 //! `{arch}.pooling_type`, else mean: [`engine::embed::pooling_for`]). Vectors are cut to
@@ -28,9 +28,9 @@ use serde_json::{json, Value};
 use crate::api::limits;
 use crate::error::{body_bytes, from_json, ApiError, Style};
 use crate::openapi::{json_content, schema_of, ExtraRoute};
-use crate::scheduler::{Event, FinishReason};
 use crate::AppState;
 use crate::Shared;
+use engine::scheduler::{Event, FinishReason};
 
 /// The routes of this module (wired beside the core APIs by [`crate::router`]).
 pub fn routes() -> Router<std::sync::Arc<AppState>> {

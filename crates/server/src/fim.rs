@@ -27,9 +27,9 @@ use crate::api::limits;
 use crate::api::{collect, event_body, streamed, Knobs, Settings};
 use crate::error::{body_bytes, from_json, ApiError, Style};
 use crate::openapi::{json_or_stream, schema_of, ExtraRoute};
-use crate::scheduler::{Event, Finish, FinishReason};
 use crate::AppState;
 use crate::Shared;
+use engine::scheduler::{Event, Finish, FinishReason};
 
 const S: Style = Style::OpenAi;
 

@@ -1,8 +1,11 @@
 //! `snug serve`: the OpenAI and Ollama HTTP APIs over snug's continuous-batching scheduler.
 //!
-//! Design: one thread ([`scheduler`]) owns the model's context and runs every admitted request
-//! in one forward pass per step, each job's admission and step isolated so that a panic fails
-//! that request alone (a 500) and `/health` says 503 if the thread is ever gone. The HTTP side
+//! Design: the engine's scheduler ([`engine::scheduler`]: one thread) owns the model's context
+//! and runs every admitted request in one forward pass per step, each job's admission and step
+//! isolated so that a panic fails that request alone (a 500) and `/health` says 503 if the
+//! thread is ever gone. This crate is the HTTP side: it decodes a request into a
+//! [`scheduler::Request`], submits it on the scheduler's [`Handle`] and turns the events back
+//! into a response; `/metrics` registers the scheduler's [`scheduler::Counters`]. The HTTP side
 //! (axum on a single-threaded tokio runtime) relays text; a request's decoding, schema compile,
 //! template render and tokenization run on the blocking pool after the cheap refusals (unknown
 //! model, no place free, a text certainly too long), so one heavy request cannot stall the
@@ -59,7 +62,6 @@ pub mod openapi;
 pub mod replica;
 pub mod requests;
 pub mod routes;
-pub mod scheduler;
 pub mod tools;
 pub mod transport;
 pub mod ui;
@@ -73,7 +75,7 @@ use model::lora::AdapterStore;
 use model::{Context, ContextParams, Model};
 use tokenizer::{ChatTemplate, Tokenizer};
 
-use crate::scheduler::{Handle, SchedulerOptions};
+use engine::scheduler::{self, Handle, SchedulerOptions};
 
 /// How the server is run.
 #[derive(Clone, Debug)]
@@ -134,6 +136,12 @@ impl PressureLog {
         self.events.inc();
         self.shed.request();
         eprintln!("{line}");
+    }
+}
+
+impl From<scheduler::Died> for ServeError {
+    fn from(_: scheduler::Died) -> ServeError {
+        ServeError::SchedulerDied
     }
 }
 
@@ -455,7 +463,7 @@ pub fn open<R: 'static>(
         let mut ctx = Context::new(model, params);
         let _ = store_tx.send(adapter_store(&mut ctx, &store_opts));
         let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
-        Ok((ctx, keep))
+        Ok::<_, ServeError>((ctx, keep))
     })?;
     // Sent before the context's `attach`, which `spawn_with_shed` waited for.
     let store = store_rx.recv().map_err(|_| ServeError::SchedulerDied)?;

@@ -22,11 +22,47 @@ use prometheus_client::registry::Registry;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::scheduler::{Counters, Handle};
+use engine::scheduler::{counters, Counters, Handle};
 
 pub mod vllm;
 use model::kv::pool::{ALLOC_LATENCY_BUCKETS_NS, ALLOC_LATENCY_SAMPLE};
 use model::lora::{AdapterStore, StoreStats};
+
+/// One of the scheduler's numbers ([`Counters`]: plain shared atomics) as a Prometheus metric,
+/// read at each scrape: clones share the number the scheduler writes.
+#[derive(Clone, Debug)]
+pub struct Exported<T>(pub T);
+
+impl EncodeMetric for Exported<counters::Gauge> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.get())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
+impl EncodeMetric for Exported<counters::Counter> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.0.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+impl EncodeMetric for Exported<counters::Histogram> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let h = self.0.get();
+        encoder.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdapterLabels {
@@ -218,24 +254,26 @@ impl Metrics {
                 $(registry.register($name, $help, $metric.clone());)*
             };
         }
+        let c = counters;
         register! {
             "http_requests": "HTTP requests by route and status" => requests,
-            "queue_depth": "Requests waiting for a free sequence" => counters.queued,
-            "running_sequences": "Sequences being computed" => counters.running,
-            "prompt_tokens": "Prompt tokens computed" => counters.prompt_tokens,
-            "generated_tokens": "Tokens generated" => counters.generated_tokens,
+            "queue_depth": "Requests waiting for a free sequence" => Exported(c.queued.clone()),
+            "running_sequences": "Sequences being computed" => Exported(c.running.clone()),
+            "prompt_tokens": "Prompt tokens computed" => Exported(c.prompt_tokens.clone()),
+            "generated_tokens": "Tokens generated" => Exported(c.generated_tokens.clone()),
             "time_to_first_token_seconds": "Seconds from a request's admission to its first token"
-                => counters.ttft,
+                => Exported(c.ttft.clone()),
             "inter_token_seconds": "Seconds between consecutive tokens of one sequence"
-                => counters.itl,
-            "kv_blocks_used": "KV cache blocks held by running sequences" => counters.kv_blocks_used,
-            "kv_blocks_free": "KV cache blocks free" => counters.kv_blocks_free,
+                => Exported(c.itl.clone()),
+            "kv_blocks_used": "KV cache blocks held by running sequences"
+                => Exported(c.kv_blocks_used.clone()),
+            "kv_blocks_free": "KV cache blocks free" => Exported(c.kv_blocks_free.clone()),
             "kv_blocks_cached": "KV cache blocks held only by the prefix cache"
-                => counters.kv_blocks_cached,
+                => Exported(c.kv_blocks_cached.clone()),
             "prefix_hit_tokens": "Prompt tokens whose KV came from the prefix cache"
-                => counters.prefix_hit_tokens,
+                => Exported(c.prefix_hit_tokens.clone()),
             "prefix_cache_sheds": "Times the prefix cache was dropped for memory pressure"
-                => counters.prefix_sheds,
+                => Exported(c.prefix_sheds.clone()),
             "resident_memory_bytes": "Resident set of the server process" => rss,
             "memory_budget_bytes": "The memory budget the server's plan was made in"
                 => budget_gauge,

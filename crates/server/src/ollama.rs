@@ -40,9 +40,9 @@ use tokenizer::ChatMessage;
 use crate::api::limits;
 use crate::api::{collect, event_body, rfc3339, streamed, Knobs, Settings};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
-use crate::scheduler::{Event, Finish, FinishReason, Ticket};
 use crate::AppState;
 use crate::Shared;
+use engine::scheduler::{Event, Finish, FinishReason, Ticket};
 
 const S: Style = Style::Ollama;
 

@@ -23,19 +23,18 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use engine::scheduler::{Event, Finish, FinishReason, JobAdapters, Ticket};
 use engine::JsonFormat;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
-use crate::adapters::{AdapterSet, LoraScale};
+use crate::adapters::LoraScale;
 use crate::api::limits::{self, MAX_LORA_SCALE, MAX_TEMPERATURE};
 use crate::api::{collect, event_body, streamed, Knobs, Settings, Stop};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::logprobs::{self, Rendering};
-use crate::scheduler::Ticket;
-use crate::scheduler::{Event, Finish, FinishReason};
 use crate::tools::ChatOptions;
 use crate::unix_now;
 use crate::Shared;
@@ -701,7 +700,7 @@ fn start(
     kind: Kind,
     s: Settings,
     prompt: Vec<u32>,
-    adapters: AdapterSet,
+    adapters: JobAdapters,
     logprobs: Option<usize>,
 ) -> Result<(tokio::sync::mpsc::UnboundedReceiver<Event>, Option<Rendering>), ApiError> {
     let (rx, lp) = st.submit(S, ticket, prompt, s, adapters, logprobs)?;

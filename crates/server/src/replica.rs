@@ -10,7 +10,7 @@
 //! marks the server draining: `/ready` says 503 (the gateway stops picking it), every `POST`
 //! is refused 503 with `Retry-After` (the gateway retries elsewhere), and the requests running
 //! or waiting get the grace period (`--drain-timeout`) to finish. Those still running then are
-//! cut by [`Handle::close`](crate::scheduler::Handle::close): each ends with its text so far
+//! cut by [`Handle::close`](engine::scheduler::Handle::close): each ends with its text so far
 //! and a final event (`finish_reason: "abort"` and `data: [DONE]`; Ollama's `done` record), so
 //! every client reads a well-formed end. Then the transport closes the connections and the
 //! process exits 0. Cost: one atomic load per request, a 20 ms poll while draining.

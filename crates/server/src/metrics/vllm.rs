@@ -25,7 +25,9 @@ use prometheus_client::registry::Registry;
 
 use model::lora::{AdapterStore, Tier};
 
-use crate::scheduler::Handle;
+use engine::scheduler::Handle;
+
+use super::Exported;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
@@ -63,12 +65,12 @@ impl Protocol {
         r.register(
             "vllm:num_requests_waiting",
             "Requests waiting for a free sequence (the same gauge as snug_queue_depth)",
-            c.queued.clone(),
+            Exported(c.queued.clone()),
         );
         r.register(
             "vllm:num_requests_running",
             "Sequences being computed (the same gauge as snug_running_sequences)",
-            c.running.clone(),
+            Exported(c.running.clone()),
         );
         let kv_usage = Gauge::<f64, AtomicU64>::default();
         r.register(

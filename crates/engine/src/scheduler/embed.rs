@@ -17,13 +17,14 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use engine::embed::{wanted, Pooler};
-use engine::SamplerParams;
 use model::config::Pooling;
 use model::Batch;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::{Event, Finish, FinishReason, Handle, Job, Refused, Request, Scheduler, Ticket};
+use super::run::Scheduler;
+use super::{Event, Finish, FinishReason, Handle, Job, Refused, Request, Ticket};
+use crate::embed::{wanted, Pooler};
+use crate::SamplerParams;
 
 /// What an embedding job carries besides its current input (`Request::prompt`).
 pub(super) struct Task {

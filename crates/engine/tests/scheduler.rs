@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine::scheduler::{self, Event, FinishReason, Handle, Refused, SchedulerOptions};
 use engine::SamplerParams;
 use model::{Context, ContextParams, Model};
-use server::scheduler::{self, Event, FinishReason, Handle, Refused, SchedulerOptions};
 use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -50,7 +50,7 @@ fn start_model(
     };
     let opts = SchedulerOptions { queue, prefill_chunk };
     let h = scheduler::spawn(tok.clone(), opts, Default::default(), move || {
-        Ok((Context::new(model, params), ()))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((Context::new(model, params), ()))
     })
     .expect("the scheduler starts");
     (h, tok)

@@ -1,0 +1,183 @@
+//! One scheduler step: ONE batch of every decoding sequence's last token, then prefill chunks
+//! of the prompts still being read ([`crate::step::plan_into`] sizes them), one forward pass,
+//! the prefix cache offered the blocks it filled, and each output row sampled by its sequence,
+//! whose text goes to its client.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use model::kv::BLOCK_TOKENS;
+
+use super::fault::{self, panic_text};
+use super::run::Scheduler;
+use super::{embed, Event, FinishReason};
+use crate::logprobs::TokenLogprob;
+use crate::sequence::Finish as End;
+use crate::step;
+
+impl Scheduler {
+    pub(super) fn step(&mut self) {
+        self.batch.clear();
+        self.rows.clear();
+        let panel_blocks = self.ctx.panel_blocks();
+        let ubatch = self.ctx.params.n_ubatch.max(1);
+        let budget = step::Budget {
+            idle: ubatch,
+            beside_decode: self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch)),
+            aligned: panel_blocks,
+        };
+        let (mut progress, mut plan) =
+            (std::mem::take(&mut self.progress), std::mem::take(&mut self.plan));
+        progress.clear();
+        progress.extend(self.order.iter().map(|&s| {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            step::Progress { prompt: q.job.req.prompt.len(), n_past: q.n_past }
+        }));
+        step::plan_into(&progress, budget, &mut plan);
+        // Decoding tokens first (their output rows in order), then the prompts' chunks.
+        for &s in &self.order {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            if !q.prefilling() {
+                self.batch.push(q.next, q.n_past, s, true);
+                self.rows.push(s);
+            }
+        }
+        let n_decode = self.batch.len();
+        for (&s, &n) in self.order.iter().zip(&plan) {
+            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
+            if !q.prefilling() {
+                continue;
+            }
+            let len = q.job.req.prompt.len();
+            for i in 0..n {
+                let pos = q.n_past + i;
+                let tok = q.job.req.prompt[pos];
+                if let Some(e) = &q.job.embed {
+                    embed::push(&mut self.batch, e.pooling(), tok, pos, s, len);
+                    continue;
+                }
+                let last = pos + 1 == len;
+                self.batch.push(tok, pos, s, last);
+                if last {
+                    self.rows.push(s);
+                }
+            }
+        }
+        (self.progress, self.plan) = (progress, plan);
+        let n_prefill = self.batch.len() - n_decode;
+        let t0 = Instant::now();
+        if let Err(e) = self.ctx.decode(&self.batch) {
+            // Nothing changed (a batch is checked whole first): fail the jobs in it.
+            let msg = format!("the forward pass failed: {e}");
+            let in_batch: Vec<usize> = self.order.iter().copied().collect();
+            for s in in_batch {
+                if let Some(q) = self.release(s) {
+                    let _ = q.job.events.send(Event::Failed(msg.clone()));
+                }
+            }
+            return;
+        }
+        // Positions written.
+        for i in 0..self.batch.len() {
+            if let Some(q) = self.slots[self.batch.seq[i]].as_mut() {
+                q.n_past = q.n_past.max(self.batch.pos[i] + 1);
+            }
+        }
+        self.counters.prompt_tokens.inc_by(n_prefill as u64);
+        for &s in &self.order {
+            if let Some(q) = &self.slots[s] {
+                // With prefill panels, a cold run computes a prompt's whole blocks on them and
+                // its tail and answer on the row kernels: only the whole blocks are shared.
+                let shared = if panel_blocks {
+                    &q.tokens[..q.job.req.prompt.len() / BLOCK_TOKENS * BLOCK_TOKENS]
+                } else {
+                    &q.tokens[..]
+                };
+                self.ctx.kv.prefix_register(s, shared, q.job.req.adapters.salt);
+            }
+        }
+        self.publish_blocks();
+        self.collect_embeddings();
+        let rows = std::mem::take(&mut self.rows);
+        for (row, &s) in rows.iter().enumerate() {
+            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(row, s)));
+            let sampled = match sampled {
+                Ok(r) => r,
+                Err(p) => {
+                    let msg = format!("internal error while sampling: {}", panic_text(&*p));
+                    self.fail(s, &msg);
+                    continue;
+                }
+            };
+            if let Some(reason) = sampled {
+                // The slot is free before the client hears that the job is done.
+                let Some(mut q) = self.release(s) else { continue };
+                // Text held back for a possible stop string is released at the end, unless a
+                // stop string ended the answer.
+                let rest = q.answer.flush();
+                if !rest.is_empty() {
+                    let _ = q.job.events.send(Event::Text(rest));
+                }
+                let _ = q.job.events.send(Event::Done(q.finish(reason)));
+            }
+        }
+        self.rows = rows;
+        let secs = t0.elapsed().as_secs_f64();
+        self.sizer.observe(secs, n_decode, n_prefill);
+    }
+
+    /// Samples slot `s`'s next token from output row `row` and streams its text; the reason to
+    /// stop, if it is done.
+    fn sample(&mut self, row: usize, s: usize) -> Option<FinishReason> {
+        let n_ctx = self.ctx.params.n_ctx;
+        let raw = self.ctx.logits(row);
+        let q = self.slots[s].as_mut()?;
+        fault::check(&q.job.req, fault::Phase::Sample);
+        let logits = if q.job.req.logit_bias.is_empty() {
+            raw
+        } else {
+            self.biased.clear();
+            self.biased.extend_from_slice(raw);
+            for &(t, b) in &q.job.req.logit_bias {
+                if let Some(l) = self.biased.get_mut(t as usize) {
+                    *l += b;
+                }
+            }
+            &self.biased[..]
+        };
+        // Nothing the vocabulary holds continues the constraint: end rather than break the
+        // format (never met in JSON mode: single-character tokens always continue it).
+        let Some(tok) = q.answer.sample(&mut q.sampler, logits, &mut self.masks) else {
+            return Some(FinishReason::Stop);
+        };
+        q.sampler.accept(tok);
+        let step = q.answer.accept(tok, q.n_past < n_ctx);
+        let now = Instant::now();
+        match q.last {
+            None => self.counters.ttft.observe((now - q.admitted).as_secs_f64()),
+            Some(t) => self.counters.itl.observe((now - t).as_secs_f64()),
+        }
+        q.first.get_or_insert(now);
+        q.last = Some(now);
+        if step.finish == Some(End::Eog) {
+            return Some(FinishReason::Stop);
+        }
+        self.counters.generated_tokens.inc();
+        if let (Some(top), Some(tx)) = (q.job.req.logprobs, &q.job.logprobs) {
+            let _ = tx.send(TokenLogprob::from_logits(raw, tok, top));
+        }
+        if !step.text.is_empty() && q.job.events.send(Event::Text(step.text)).is_err() {
+            // The client is gone: the slot is freed before the next step.
+            return None;
+        }
+        match step.finish {
+            Some(End::Eog | End::StopString | End::Complete) => return Some(FinishReason::Stop),
+            Some(End::Length) => return Some(FinishReason::Length),
+            Some(End::ContextFull) => return Some(FinishReason::ContextFull),
+            None => {}
+        }
+        q.next = tok;
+        q.tokens.push(tok);
+        None
+    }
+}

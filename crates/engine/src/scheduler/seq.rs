@@ -1,0 +1,46 @@
+//! A running job's state in its slot: its sampler, its answer ([`Sequence`]: text, constraints,
+//! finish rule), the tokens at its KV positions, and its timings.
+
+use std::time::Instant;
+
+use super::{Finish, FinishReason, Job};
+use crate::{Sampler, Sequence};
+
+/// One running request in a slot.
+pub(super) struct Seq {
+    pub(super) job: Job,
+    pub(super) sampler: Sampler,
+    /// The answer's text, constraints (`Request::json`, `Request::tools`) and finish rule.
+    pub(super) answer: Sequence,
+    /// The prompt, then each sampled token once it is to be fed: the tokens at the KV's
+    /// positions, for the prefix cache.
+    pub(super) tokens: Vec<u32>,
+    /// Positions written to the KV cache.
+    pub(super) n_past: usize,
+    /// The token to feed next once the prompt is read.
+    pub(super) next: u32,
+    pub(super) submitted: Instant,
+    pub(super) admitted: Instant,
+    pub(super) first: Option<Instant>,
+    /// When the last token was sampled.
+    pub(super) last: Option<Instant>,
+}
+
+impl Seq {
+    pub(super) fn prefilling(&self) -> bool {
+        self.n_past < self.job.req.prompt.len()
+    }
+
+    pub(super) fn finish(&self, reason: FinishReason) -> Finish {
+        let now = Instant::now();
+        let first = self.first.unwrap_or(now);
+        Finish {
+            reason,
+            n_prompt: self.job.req.prompt.len(),
+            n_gen: self.answer.n_gen(),
+            queued: self.admitted - self.submitted,
+            prompt: first - self.admitted,
+            generation: now - first,
+        }
+    }
+}
