@@ -136,6 +136,7 @@ fn facts(f: &Facts, n_layer: usize, n_vocab: usize) -> ModelFacts {
         n_merges: u64::from(f.n_merges),
         merge_text_bytes: u64::from(f.merge_text),
         adapter_bytes: 0,
+        draft_bytes: 0,
     }
 }
 
@@ -155,6 +156,7 @@ fuzz_target!(|i: Input| {
         pinned_layers: r.pinned_layers as usize,
         kv_windowed: r.kv_windowed,
         json_mode: r.json_mode,
+        draft_tokens: (r.n_seq % 17) as usize,
     };
     let p = plan::predict(&c, &m, &req);
     let _ = (p.breakdown(), req.kv_label(), plan::describe(&req));
@@ -171,6 +173,7 @@ fuzz_target!(|i: Input| {
         kv_available: w.kv_available.iter().map(|&k| kv(k)).collect(),
         kv_windowed: w.kv_windowed,
         json_mode: w.json_mode,
+        draft_tokens: (w.n_seq % 17) as usize,
     };
     if let Ok(choice) = plan::choose(&c, &m, i.budget, &wants) {
         assert!(

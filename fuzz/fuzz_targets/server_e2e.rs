@@ -237,7 +237,8 @@ fn server() -> &'static Server {
         let params = ContextParams {
             n_ctx: 256,
             n_seq_max: 2,
-            n_outputs_max: 2,
+            // Two slots and the guesses speculative decoding may verify beside them.
+            n_outputs_max: 2 + engine::draft::MAX_DRAFT,
             n_threads: 1,
             ..ContextParams::default()
         };
@@ -252,6 +253,7 @@ fn server() -> &'static Server {
             max_body: 1 << 20,
             queue: 2,
             prefill_chunk: None,
+            draft: true,
             name: "tiny".into(),
             budget: 1 << 30,
             lora_dir: None,

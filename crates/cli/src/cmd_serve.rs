@@ -81,6 +81,12 @@ pub struct ServeCmd {
     /// step costs about two generation steps).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// Speculative decoding: `ngram` guesses the next tokens of an answer from its prompt and
+    /// what it wrote so far, verified in the same pass, while at most two sequences decode
+    /// (a request can opt out with `"draft": false`); `off` computes one token a pass. Answers
+    /// are the same either way.
+    #[arg(long, value_name = "ngram|off", default_value = "ngram", value_parser = ["ngram", "off"])]
+    pub draft: String,
     /// The name clients use for the model (default: MODEL as given, or the file's stem).
     #[arg(long)]
     pub name: Option<String>,
@@ -150,7 +156,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         mem: cmd.run.mem.options(),
         adapter_bytes,
         json_mode: true,
-        draft_tokens: 0,
+        draft_tokens: if cmd.draft == "ngram" { engine::draft::MAX_DRAFT } else { 0 },
         draft_bytes: 0,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
@@ -178,6 +184,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         max_body: cmd.max_body,
         queue: cmd.queue,
         prefill_chunk: cmd.prefill_chunk,
+        draft: cmd.draft == "ngram",
         name,
         budget: planned.budget.bytes,
         lora_dir: cmd.lora_dir.clone(),

@@ -318,7 +318,9 @@ impl Session {
                 } else {
                     n_ctx.saturating_sub(pos + 1)
                 };
+                // Each kept guess is a token, and the row after the last one gives one more.
                 let room = (params.n_predict - out.len())
+                    .saturating_sub(1)
                     .min(ctx_room)
                     .min(self.ctx.params.n_outputs_max - 1)
                     .min(self.ctx.kv.draft_room(pos));
@@ -335,7 +337,9 @@ impl Session {
             for (i, &g) in drafts.iter().enumerate() {
                 self.batch.push(g, pos + 1 + i, 0, true);
             }
+            let t = Instant::now();
             self.ctx.decode(&self.batch)?;
+            gate.timed(drafts.len(), t.elapsed().as_secs_f64());
             passes += 1;
             self.history.push(next);
         }

@@ -129,6 +129,11 @@ impl Sequence {
         self
     }
 
+    /// Tokens the limit still allows.
+    pub fn tokens_left(&self) -> usize {
+        self.max_tokens.saturating_sub(self.n_gen)
+    }
+
     /// Tokens accepted into the answer (end-of-generation tokens not counted).
     pub fn n_gen(&self) -> usize {
         self.n_gen

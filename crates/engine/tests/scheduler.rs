@@ -27,7 +27,7 @@ fn start_ctx(
     prefill_chunk: Option<usize>,
     n_ctx: usize,
 ) -> (Handle, Arc<Tokenizer>) {
-    start_model(ALIAS, n_seq, queue, prefill_chunk, n_ctx)
+    start_model(ALIAS, n_seq, queue, prefill_chunk, n_ctx, false)
 }
 
 fn start_model(
@@ -36,6 +36,7 @@ fn start_model(
     queue: usize,
     prefill_chunk: Option<usize>,
     n_ctx: usize,
+    draft: bool,
 ) -> (Handle, Arc<Tokenizer>) {
     let path = hub::resolve(alias)
         .unwrap_or_else(|e| panic!("{alias} is needed: {e} (fetch it with `snug pull {alias}`)"));
@@ -44,11 +45,11 @@ fn start_model(
     let params = ContextParams {
         n_ctx,
         n_seq_max: n_seq,
-        n_outputs_max: n_seq,
+        n_outputs_max: n_seq + if draft { engine::draft::MAX_DRAFT } else { 0 },
         n_threads: 2,
         ..ContextParams::default()
     };
-    let opts = SchedulerOptions { queue, prefill_chunk };
+    let opts = SchedulerOptions { queue, prefill_chunk, draft };
     let h = scheduler::spawn(tok.clone(), opts, Default::default(), move || {
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>((Context::new(model, params), ()))
     })
@@ -252,7 +253,7 @@ fn logprobs_come_with_each_generated_token_and_greedy_picks_the_top_one() {
 #[test]
 fn a_model_with_sliding_window_layers_shares_no_blocks() {
     // gemma3's local layers free blocks past their window: nothing is cached, answers agree.
-    let (h, tok) = start_model("gemma3-270m", 1, 2, None, N_CTX);
+    let (h, tok) = start_model("gemma3-270m", 1, 2, None, N_CTX, false);
     let first = finish(greedy(&h, &tok, LONG, 8)).0;
     let again = finish(greedy(&h, &tok, LONG, 8)).0;
     assert_eq!(h.counters.prefix_hit_tokens.get(), 0);
@@ -301,4 +302,46 @@ fn a_queue_of_0_is_honoured_and_leaving_waiters_stop_counting() {
     }
     assert!(matches!(running.blocking_recv(), Some(Event::Text(_))), "the running job goes on");
     drop(running);
+}
+
+/// A prompt whose answer copies it: a short function and the start of its copy with one name
+/// changed.
+const COPY: &str = "def area(width, height):\n    result = width * height\n    if result < 0:\n        \
+                    raise ValueError(\"negative area\")\n    print(\"area is\", result)\n    return \
+                    result\n\nThe same function with `result` renamed to `value`:\n\ndef area(width, \
+                    height):\n    value =";
+
+#[test]
+fn drafting_keeps_every_answer_and_counts_its_guesses() {
+    let n = 40;
+    let (plain, tok) = start(2, 4, None);
+    let want: Vec<String> =
+        [COPY, PROMPTS[0]].iter().map(|p| finish(greedy(&plain, &tok, p, n)).0).collect();
+    drop(plain);
+    let (h, tok) = start_model(ALIAS, 2, 4, None, N_CTX, true);
+    // Alone: the copy is guessed and the answer is the same.
+    assert_eq!(finish(greedy(&h, &tok, COPY, n)).0, want[0]);
+    let (tried, kept) = (h.counters.draft_tokens.get(), h.counters.draft_kept.get());
+    assert!(kept >= 10 && tried >= kept, "{kept} of {tried} guesses kept");
+    assert_eq!(h.counters.draft_kept_per_pass.get().sum as u64, kept);
+    // Two together (both may draft), and the same answers.
+    let rxs: Vec<_> = [COPY, PROMPTS[0]].iter().map(|p| greedy(&h, &tok, p, n)).collect();
+    let together: Vec<String> = rxs.into_iter().map(|rx| finish(rx).0).collect();
+    assert_eq!(together, want);
+    // A request that opts out verifies no guesses.
+    let before = h.counters.draft_tokens.get();
+    let req = scheduler::Request {
+        prompt: tok.encode(COPY, true, false),
+        sampling: SamplerParams::greedy(),
+        max_tokens: n,
+        stop: Vec::new(),
+        json: None,
+        logprobs: None,
+        adapters: Default::default(),
+        logit_bias: Vec::new(),
+        tools: None,
+        draft: false,
+    };
+    assert_eq!(finish(h.request(req).expect("accepted").0).0, want[0]);
+    assert_eq!(h.counters.draft_tokens.get(), before);
 }

@@ -199,7 +199,8 @@ impl AppState {
             }
             max_tokens = max_tokens.min(c - prompt.len());
         }
-        let (sampling, stop, json, logit_bias) = (s.sampling, s.stop, s.json, s.logit_bias);
+        let (sampling, stop, json, logit_bias, draft) =
+            (s.sampling, s.stop, s.json, s.logit_bias, s.draft);
         let tools = s.chat.grammar;
         let req = scheduler::Request {
             prompt,
@@ -211,6 +212,7 @@ impl AppState {
             adapters,
             logit_bias,
             tools,
+            draft,
         };
         self.engine.request_on(ticket, req).map_err(|r| ApiError::refused(style, r))
     }
@@ -315,6 +317,8 @@ pub struct Knobs {
     pub repeat_last_n: Option<i64>,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
+    /// snug's own: `Some(false)` turns speculative decoding off for the request.
+    pub draft: Option<bool>,
 }
 
 /// A generation's settings, validated: what the scheduler takes besides the prompt.
@@ -336,6 +340,8 @@ pub struct Settings {
     pub logit_bias: Vec<(u32, f32)>,
     /// A chat's tools and reasoning ([`crate::tools`]).
     pub chat: crate::tools::ChatOptions,
+    /// Speculative decoding may run ([`Knobs::draft`]).
+    pub draft: bool,
 }
 
 /// A request's JSON schema compiled for structured output; one it cannot enforce is a 400 that
@@ -368,6 +374,7 @@ impl Settings {
             num_ctx: None,
             logit_bias: Vec::new(),
             chat: Default::default(),
+            draft: knobs.draft.unwrap_or(true),
         })
     }
 

@@ -111,6 +111,9 @@ pub struct InfillRequest {
     repeat_last_n: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// snug's own: false turns speculative decoding off for this request (the answer is the
+    /// same either way; only its speed differs).
+    draft: Option<bool>,
 }
 
 /// `input_extra`, at most [`MAX_EXTRA`] chunks (refused while parsing past that).
@@ -169,6 +172,7 @@ impl Infill {
             repeat_last_n: r.repeat_last_n,
             presence_penalty: r.presence_penalty,
             frequency_penalty: r.frequency_penalty,
+            draft: r.draft,
         };
         let max = match r.n_predict {
             Some(0) => return Err(ApiError::bad_request(S, "n_predict must be -1 or at least 1")),

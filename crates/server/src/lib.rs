@@ -98,6 +98,9 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Prefill tokens per step while other sequences decode (`None`: sized from step times).
     pub prefill_chunk: Option<usize>,
+    /// Prompt-lookup speculative decoding while few sequences decode
+    /// (`engine::scheduler::SchedulerOptions::draft`; the context was planned with its rows).
+    pub draft: bool,
     /// The name clients use for the model (the alias or the file's stem).
     pub name: String,
     /// The memory budget the plan was made in, in bytes (shown beside the RSS in /metrics).
@@ -452,7 +455,11 @@ pub fn open<R: 'static>(
         None => ChatTemplate::from_gguf(&model.file, &tok),
     }
     .map_err(|e| e.to_string());
-    let sched = SchedulerOptions { queue: opts.queue, prefill_chunk: opts.prefill_chunk };
+    let sched = SchedulerOptions {
+        queue: opts.queue,
+        prefill_chunk: opts.prefill_chunk,
+        draft: opts.draft,
+    };
     let counters = scheduler::Counters::default();
     let mut metrics = metrics::Metrics::new(&counters, opts.budget);
     let shed = scheduler::Shed::default();

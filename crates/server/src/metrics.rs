@@ -1,7 +1,8 @@
 //! `GET /metrics` in Prometheus text format (prometheus-client): HTTP requests by route and
 //! status; the scheduler's queue depth, running sequences, prompt and generated token totals,
 //! time to first token and inter-token latency, KV blocks used / free / held by the prefix
-//! cache, prefix-cache hit tokens and sheds; the process's resident set against the memory
+//! cache, prefix-cache hit tokens and sheds, speculative decoding's guesses verified and kept
+//! (by drafter) and kept per pass; the process's resident set against the memory
 //! budget the plan was made in, and the memory governor's reactions to pressure. LoRA adapters
 //! (from [`AdapterStore::stats`] at each scrape): the page pool's utilisation and pages by
 //! content (KV, of which prefix cache, adapters, free), pages evicted by content, the page
@@ -57,6 +58,41 @@ impl EncodeMetric for Exported<counters::Histogram> {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let h = self.0.get();
         encoder.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// A scheduler number labelled with the drafter that produced it (the server drafts with
+/// prompt lookup only: `drafter="ngram"`).
+#[derive(Clone, Debug)]
+pub struct ByDrafter<T>(pub T);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrafterLabels {
+    pub drafter: &'static str,
+}
+
+const NGRAM: DrafterLabels = DrafterLabels { drafter: "ngram" };
+
+impl EncodeMetric for ByDrafter<counters::Counter> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_family(&NGRAM)?.encode_counter::<NoLabelSet, _, u64>(&self.0.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+impl EncodeMetric for ByDrafter<counters::Histogram> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let h = self.0.get();
+        encoder
+            .encode_family(&NGRAM)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -274,6 +310,12 @@ impl Metrics {
                 => Exported(c.prefix_hit_tokens.clone()),
             "prefix_cache_sheds": "Times the prefix cache was dropped for memory pressure"
                 => Exported(c.prefix_sheds.clone()),
+            "draft_tokens": "Guessed tokens verified by speculative decoding, by drafter"
+                => ByDrafter(c.draft_tokens.clone()),
+            "draft_accepted_tokens": "Guessed tokens kept (the model sampled the same), by drafter"
+                => ByDrafter(c.draft_kept.clone()),
+            "draft_acceptance_length": "Guessed tokens kept per verification pass, by drafter"
+                => ByDrafter(c.draft_kept_per_pass.clone()),
             "resident_memory_bytes": "Resident set of the server process" => rss,
             "memory_budget_bytes": "The memory budget the server's plan was made in"
                 => budget_gauge,

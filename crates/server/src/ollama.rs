@@ -80,6 +80,9 @@ pub struct Options {
     repeat_last_n: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// snug's own: false turns speculative decoding off for this request (the answer is the
+    /// same either way; only its speed differs).
+    draft: Option<bool>,
     /// The context this request may use: at most the server's (fixed at start, `--ctx`); a
     /// smaller one limits the prompt and the answer to that many positions.
     #[schemars(range(min = 1))]
@@ -262,6 +265,7 @@ fn settings(options: Option<Options>, format: Option<Value>) -> Result<Settings,
         repeat_last_n: o.repeat_last_n,
         presence_penalty: o.presence_penalty,
         frequency_penalty: o.frequency_penalty,
+        draft: o.draft,
     };
     // Negative num_predict: until the context is full.
     let max = o.num_predict.filter(|&n| n >= 0).map(|n| n as usize);

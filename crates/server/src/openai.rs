@@ -82,6 +82,9 @@ pub struct Common {
     frequency_penalty: Option<f32>,
     #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
     repeat_penalty: Option<f32>,
+    /// snug's own: false turns speculative decoding off for this request (the answer is the
+    /// same either way; only its speed differs).
+    draft: Option<bool>,
     /// Choices per request: only 1.
     #[schemars(range(min = 1, max = 1))]
     n: Option<u32>,
@@ -596,6 +599,7 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
         repeat_penalty: c.repeat_penalty,
         presence_penalty: c.presence_penalty,
         frequency_penalty: c.frequency_penalty,
+        draft: c.draft,
         ..Default::default()
     };
     if let Some(l) = &c.lora {

@@ -1,9 +1,18 @@
-//! How long the next draft may be, from how the last ones fared: a draft kept whole doubles
-//! the length (up to [`MAX_DRAFT`]); one kept in part shrinks it to what was kept plus one; a
-//! draft of which nothing was kept pauses drafting for 1, 3, 7, … passes (up to
-//! [`MAX_PAUSE`]) and starts the next one short. Text with nothing to copy thus costs a few
-//! short verification passes per hundred tokens, and a copy is guessed at full length within
-//! a few passes. O(1) per pass.
+//! How many guesses the next pass verifies, from how guesses fared and what passes cost.
+//!
+//! Two rules, the shorter wins:
+//! - **Run length.** A draft kept whole doubles the length (up to [`MAX_DRAFT`]); one kept in
+//!   part shrinks it to what was kept plus one; a draft of which nothing was kept pauses
+//!   drafting for 1, 3, 7, … passes (up to [`MAX_PAUSE`]) and starts the next one short. Text
+//!   with nothing to copy thus costs a few short passes per hundred tokens.
+//! - **Cost.** Passes are timed: a pass of `1 + L` tokens costs about `a + b·L` (`a` a lone
+//!   token's pass, `b` each guess more; both running means). With `α` the share of guesses
+//!   kept (a running mean of kept over tried), a pass yields `1 + α + … + α^L` tokens on
+//!   average, and `L` is the length that maximises tokens per second. Where reading the
+//!   weights dominates (a model streamed from disk, `b ≪ a`) drafts run long; where computing
+//!   rows does (`b` near `a`), they stay short or stop.
+//!
+//! O([`MAX_DRAFT`]) per pass.
 
 use super::MAX_DRAFT;
 
@@ -11,8 +20,48 @@ use super::MAX_DRAFT;
 const START: usize = 4;
 /// Most passes drafting pauses for after misses in a row.
 pub const MAX_PAUSE: usize = 63;
+/// Weight of the past in the running means (per pass).
+const DECAY: f64 = 0.8;
 
-/// Acceptance-driven draft length for one sequence.
+/// Running means of what passes cost.
+#[derive(Clone, Debug, Default)]
+struct Cost {
+    /// Seconds of a pass of one token (`a`), once seen.
+    lone: Option<f64>,
+    /// Seconds each guess adds to a pass (`b`), once seen.
+    per_guess: Option<f64>,
+}
+
+impl Cost {
+    fn observe(&mut self, guesses: usize, secs: f64) {
+        let mix =
+            |old: Option<f64>, new: f64| Some(old.map_or(new, |o| DECAY * o + (1.0 - DECAY) * new));
+        if guesses == 0 {
+            self.lone = mix(self.lone, secs);
+        } else if let Some(a) = self.lone {
+            self.per_guess = mix(self.per_guess, (secs - a).max(0.0) / guesses as f64);
+        }
+    }
+
+    /// The length in `0..=room` with the most tokens per second at keep rate `alpha`
+    /// (`room` itself until both costs are known).
+    fn best(&self, alpha: f64, room: usize) -> usize {
+        let (Some(a), Some(b)) = (self.lone, self.per_guess) else { return room };
+        let (mut best, mut best_rate) = (0, 1.0 / a.max(1e-9));
+        let (mut tokens, mut p) = (1.0, 1.0);
+        for l in 1..=room {
+            p *= alpha;
+            tokens += p;
+            let rate = tokens / (a + b * l as f64).max(1e-9);
+            if rate > best_rate {
+                (best, best_rate) = (l, rate);
+            }
+        }
+        best
+    }
+}
+
+/// Acceptance- and cost-driven draft length for one sequence.
 #[derive(Clone, Debug)]
 pub struct Gate {
     len: usize,
@@ -20,11 +69,16 @@ pub struct Gate {
     pause: usize,
     /// Drafts in a row of which nothing was kept.
     misses: u32,
+    /// Running sums of guesses kept and guesses tried (a tried guess is kept, or the first
+    /// rejected one).
+    kept: f64,
+    tried: f64,
+    cost: Cost,
 }
 
 impl Default for Gate {
     fn default() -> Self {
-        Gate { len: START, pause: 0, misses: 0 }
+        Gate { len: START, pause: 0, misses: 0, kept: 0.0, tried: 0.0, cost: Cost::default() }
     }
 }
 
@@ -33,14 +87,29 @@ impl Gate {
         Gate::default()
     }
 
-    /// Guesses to ask for before the next pass, at most `room` (0 while paused). Called once
-    /// per pass.
+    /// The share of tried guesses kept lately (1/2 before any).
+    pub fn keep_rate(&self) -> f64 {
+        if self.tried > 0.0 {
+            (self.kept / self.tried).min(0.99)
+        } else {
+            0.5
+        }
+    }
+
+    /// Guesses to ask for before the next pass, at most `room` (0 while paused, or when no
+    /// length pays). Called once per pass.
     pub fn want(&mut self, room: usize) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
             return 0;
         }
-        self.len.min(room).min(MAX_DRAFT)
+        let room = room.min(MAX_DRAFT);
+        let n = self.len.min(self.cost.best(self.keep_rate(), room));
+        if n == 0 && room > 0 {
+            // Drafting does not pay at this keep rate: look again after a pause, as after a miss.
+            self.miss();
+        }
+        n
     }
 
     /// A pass verified `drafted` guesses and kept the first `kept`.
@@ -48,17 +117,28 @@ impl Gate {
         if drafted == 0 {
             return;
         }
+        self.kept = DECAY * self.kept + kept as f64;
+        self.tried = DECAY * self.tried + (kept + usize::from(kept < drafted)) as f64;
         if kept >= drafted {
             self.len = (self.len * 2).clamp(START, MAX_DRAFT);
             self.misses = 0;
         } else if kept == 0 {
-            self.misses = self.misses.saturating_add(1);
-            self.pause = ((1usize << self.misses.min(6)) - 1).min(MAX_PAUSE);
-            self.len = START;
+            self.miss();
         } else {
             self.len = (kept + 1).clamp(2, MAX_DRAFT);
             self.misses = 0;
         }
+    }
+
+    /// A pass of `1 + guesses` tokens took `secs`.
+    pub fn timed(&mut self, guesses: usize, secs: f64) {
+        self.cost.observe(guesses, secs);
+    }
+
+    fn miss(&mut self) {
+        self.misses = self.misses.saturating_add(1);
+        self.pause = ((1usize << self.misses.min(6)) - 1).min(MAX_PAUSE);
+        self.len = START;
     }
 }
 
@@ -111,5 +191,48 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 1);
+    }
+
+    /// A gate that has seen passes cost `a + b·guesses` and guesses kept at rate ~`alpha`.
+    fn trained(a: f64, b: f64, alpha: f64) -> Gate {
+        let mut g = Gate::new();
+        g.timed(0, a);
+        g.timed(8, a + 8.0 * b);
+        // 100 guesses tried: kept runs ending in one rejection each.
+        let run = (alpha / (1.0 - alpha)).round() as usize;
+        for _ in 0..20 {
+            g.observe(run + 1, run);
+        }
+        g.len = MAX_DRAFT;
+        g
+    }
+
+    #[test]
+    fn drafts_run_long_when_reading_the_weights_dominates() {
+        // A streamed model: a pass costs 300 ms, a guess 5 ms more.
+        let mut g = trained(0.3, 0.005, 0.8);
+        assert_eq!(g.want(100), MAX_DRAFT);
+    }
+
+    #[test]
+    fn drafts_stop_when_guesses_cost_as_much_as_passes() {
+        // Computing a guess costs 90% of a lone pass: at a keep rate of 1/2 nothing pays.
+        let mut g = trained(0.024, 0.0216, 0.5);
+        assert!((g.keep_rate() - 0.5).abs() < 0.05, "{}", g.keep_rate());
+        assert_eq!(g.want(100), 0);
+        // ... and drafting is tried again after a pause.
+        let mut n = 1;
+        while g.want(100) == 0 {
+            n += 1;
+        }
+        assert!(n > 1 && n <= 2 * MAX_PAUSE, "{n}");
+    }
+
+    #[test]
+    fn a_cheap_guess_with_a_high_keep_rate_drafts_several() {
+        // A lone pass 24 ms, a guess 7 ms, 90% kept: about 4-6 guesses pay best.
+        let mut g = trained(0.024, 0.007, 0.9);
+        let n = g.want(100);
+        assert!((3..=8).contains(&n), "{n}");
     }
 }

@@ -31,6 +31,10 @@ pub struct Counters {
     pub prefix_hit_tokens: Counter,
     /// Times the prefix cache was dropped for memory pressure.
     pub prefix_sheds: Counter,
+    /// Guesses verified by speculative decoding, guesses kept, and guesses kept per pass.
+    pub draft_tokens: Counter,
+    pub draft_kept: Counter,
+    pub draft_kept_per_pass: Histogram,
 }
 
 impl Default for Counters {
@@ -47,6 +51,9 @@ impl Default for Counters {
             kv_blocks_cached: Gauge::default(),
             prefix_hit_tokens: Counter::default(),
             prefix_sheds: Counter::default(),
+            draft_tokens: Counter::default(),
+            draft_kept: Counter::default(),
+            draft_kept_per_pass: Histogram::new([0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0]),
         }
     }
 }

@@ -132,6 +132,9 @@ pub struct Request {
     /// Tool calls: the grammar a call is generated under ([`crate::tools`]); the answer ends
     /// when its call section closes.
     pub tools: Option<Arc<ToolGrammar>>,
+    /// Speculative decoding may run for this request (when the server drafts at all,
+    /// [`SchedulerOptions::draft`]); false opts out.
+    pub draft: bool,
 }
 
 impl Request {
@@ -146,7 +149,18 @@ impl Request {
         let adapters = JobAdapters::default();
         let logit_bias = Vec::new();
         let (json, tools) = (None, None);
-        Request { prompt, sampling, max_tokens, stop, json, logprobs, adapters, logit_bias, tools }
+        Request {
+            prompt,
+            sampling,
+            max_tokens,
+            stop,
+            json,
+            logprobs,
+            adapters,
+            logit_bias,
+            tools,
+            draft: true,
+        }
     }
 }
 
@@ -222,7 +236,16 @@ pub struct SchedulerOptions {
     pub queue: usize,
     /// Prefill tokens per step while others decode; `None`: sized from step times.
     pub prefill_chunk: Option<usize>,
+    /// Prompt-lookup drafting ([`crate::draft::Ngram`]) for requests that allow it, in steps
+    /// with at most [`DRAFT_STREAMS`] sequences decoding and no prompt being read. The context
+    /// needs [`crate::draft::MAX_DRAFT`] more rows of logits than slots.
+    pub draft: bool,
 }
+
+/// Most sequences decoding together for a step to verify guesses: past that the step's rows
+/// already keep the CPU busy, and a guess costs about what it would save (BENCHMARKS.md,
+/// "Speculative decoding").
+pub const DRAFT_STREAMS: usize = 2;
 
 /// The scheduler thread ended before its context was ready (it panicked in `make`).
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,13 @@
-//! One scheduler step: ONE batch of every decoding sequence's last token, then prefill chunks
-//! of the prompts still being read ([`crate::step::plan_into`] sizes them), one forward pass,
-//! the prefix cache offered the blocks it filled, and each output row sampled by its sequence,
-//! whose text goes to its client.
+//! One scheduler step: ONE batch of every decoding sequence's last token (with its guesses
+//! when it drafts), then prefill chunks of the prompts still being read
+//! ([`crate::step::plan_into`] sizes them), one forward pass, the prefix cache offered the blocks
+//! it filled, and each output row sampled by its sequence, whose text goes to its client.
+//!
+//! Speculative decoding ([`crate::draft`]): in a step with at most [`DRAFT_STREAMS`] sequences
+//! decoding and no prompt being read, a sequence that drafts feeds its guesses after its token;
+//! its rows are then sampled in order while each sampled token equals the guess fed after the
+//! row before, and the cache is cut back past the first that does not. Sampling is the same
+//! as without guesses, so the answer is too.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
@@ -10,7 +16,8 @@ use model::kv::BLOCK_TOKENS;
 
 use super::fault::{self, panic_text};
 use super::run::Scheduler;
-use super::{embed, Event, FinishReason};
+use super::{embed, Event, FinishReason, DRAFT_STREAMS};
+use crate::draft::Drafter;
 use crate::logprobs::TokenLogprob;
 use crate::sequence::Finish as End;
 use crate::step;
@@ -34,11 +41,41 @@ impl Scheduler {
             step::Progress { prompt: q.job.req.prompt.len(), n_past: q.n_past }
         }));
         step::plan_into(&progress, budget, &mut plan);
-        // Decoding tokens first (their output rows in order), then the prompts' chunks.
+        // Guesses only while few sequences decode and no prompt is read: then a step's rows leave
+        // the CPU room, and guesses that miss cost nobody else's latency.
+        let decoding = self.order.iter().filter(|&&s| self.slot_decoding(s)).count();
+        let mut guess_rows = if decoding <= DRAFT_STREAMS && decoding == self.order.len() {
+            self.ctx.params.n_outputs_max.saturating_sub(self.slots.len())
+        } else {
+            0
+        };
+        // Decoding tokens first (their output rows in order, a sequence's guesses right after
+        // its token), then the prompts' chunks.
         for &s in &self.order {
-            let q = self.slots[s].as_ref().expect("ordered slots are occupied");
-            if !q.prefilling() {
-                self.batch.push(q.next, q.n_past, s, true);
+            let q = self.slots[s].as_mut().expect("ordered slots are occupied");
+            if q.prefilling() {
+                continue;
+            }
+            self.batch.push(q.next, q.n_past, s, true);
+            self.rows.push(s);
+            let Some(d) = q.draft.as_mut() else { continue };
+            d.guesses.clear();
+            let room = q
+                .answer
+                .tokens_left()
+                .saturating_sub(1)
+                .min(self.ctx.params.n_ctx.saturating_sub(q.n_past + 1))
+                .min(self.ctx.kv.draft_room(q.n_past))
+                .min(guess_rows);
+            let want = d.gate.want(room);
+            if want > 0 {
+                // Prompt lookup cannot fail; a drafter that could would only lose its guesses.
+                let _ = d.drafter.draft(want, &mut d.guesses);
+                d.guesses.truncate(want);
+            }
+            guess_rows -= d.guesses.len();
+            for (i, &g) in d.guesses.iter().enumerate() {
+                self.batch.push(g, q.n_past + 1 + i, s, true);
                 self.rows.push(s);
             }
         }
@@ -77,10 +114,18 @@ impl Scheduler {
             }
             return;
         }
-        // Positions written.
+        let pass_secs = t0.elapsed().as_secs_f64();
+        // Positions written; a sequence's guesses count once they are kept.
         for i in 0..self.batch.len() {
             if let Some(q) = self.slots[self.batch.seq[i]].as_mut() {
                 q.n_past = q.n_past.max(self.batch.pos[i] + 1);
+            }
+        }
+        for &s in &self.order {
+            let Some(q) = self.slots[s].as_mut() else { continue };
+            if let Some(d) = q.draft.as_mut() {
+                d.gate.timed(d.guesses.len(), pass_secs);
+                q.n_past -= d.guesses.len();
             }
         }
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
@@ -99,31 +144,70 @@ impl Scheduler {
         self.publish_blocks();
         self.collect_embeddings();
         let rows = std::mem::take(&mut self.rows);
-        for (row, &s) in rows.iter().enumerate() {
-            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(row, s)));
-            let sampled = match sampled {
-                Ok(r) => r,
-                Err(p) => {
-                    let msg = format!("internal error while sampling: {}", panic_text(&*p));
-                    self.fail(s, &msg);
-                    continue;
-                }
-            };
-            if let Some(reason) = sampled {
-                // The slot is free before the client hears that the job is done.
-                let Some(mut q) = self.release(s) else { continue };
-                // Text held back for a possible stop string is released at the end, unless a
-                // stop string ended the answer.
-                let rest = q.answer.flush();
-                if !rest.is_empty() {
-                    let _ = q.job.events.send(Event::Text(rest));
-                }
-                let _ = q.job.events.send(Event::Done(q.finish(reason)));
-            }
+        let mut row = 0;
+        while row < rows.len() {
+            // A sequence's rows: its token's, then one per guess.
+            let s = rows[row];
+            let n = rows[row..].iter().take_while(|&&r| r == s).count();
+            self.verify(s, row, n);
+            row += n;
         }
         self.rows = rows;
         let secs = t0.elapsed().as_secs_f64();
         self.sizer.observe(secs, n_decode, n_prefill);
+    }
+
+    /// Whether slot `s` holds a sequence past its prompt.
+    fn slot_decoding(&self, s: usize) -> bool {
+        self.slots[s].as_ref().is_some_and(|q| !q.prefilling())
+    }
+
+    /// Samples slot `s`'s rows `row..row + n` in order (its token's, then its guesses'): each
+    /// sampled token that equals the next guess keeps that guess, whose keys and values the
+    /// pass already wrote; the first that does not ends the run, and the cache is cut back to
+    /// the tokens kept.
+    fn verify(&mut self, s: usize, row: usize, n: usize) {
+        let mut kept = 0;
+        for i in 0..n {
+            let sampled = catch_unwind(AssertUnwindSafe(|| self.sample(row + i, s)));
+            match sampled {
+                Ok(None) => {}
+                Ok(Some(reason)) => return self.finish(s, reason),
+                Err(p) => {
+                    let msg = format!("internal error while sampling: {}", panic_text(&*p));
+                    return self.fail(s, &msg);
+                }
+            }
+            let Some(q) = self.slots[s].as_mut() else { return };
+            let guess = q.draft.as_ref().and_then(|d| d.guesses.get(i).copied());
+            if i + 1 == n || guess != Some(q.next) {
+                break;
+            }
+            // The guess is the sampled token, already at position n_past.
+            q.n_past += 1;
+            kept += 1;
+        }
+        let Some(q) = self.slots[s].as_mut() else { return };
+        let Some(d) = q.draft.as_mut() else { return };
+        if n > 1 {
+            d.gate.observe(n - 1, kept);
+            self.counters.draft_tokens.inc_by((n - 1) as u64);
+            self.counters.draft_kept.inc_by(kept as u64);
+            self.counters.draft_kept_per_pass.observe(kept as f64);
+            self.ctx.kv.seq_truncate(s, q.n_past);
+        }
+        d.guesses.clear();
+    }
+
+    /// Ends slot `s`'s job for `reason`: the slot is freed before the client hears of it, and
+    /// text held back for a possible stop string goes out first.
+    fn finish(&mut self, s: usize, reason: FinishReason) {
+        let Some(mut q) = self.release(s) else { return };
+        let rest = q.answer.flush();
+        if !rest.is_empty() {
+            let _ = q.job.events.send(Event::Text(rest));
+        }
+        let _ = q.job.events.send(Event::Done(q.finish(reason)));
     }
 
     /// Samples slot `s`'s next token from output row `row` and streams its text; the reason to
@@ -178,6 +262,9 @@ impl Scheduler {
         }
         q.next = tok;
         q.tokens.push(tok);
+        if let Some(d) = q.draft.as_mut() {
+            d.drafter.extend(&[tok]);
+        }
         None
     }
 }

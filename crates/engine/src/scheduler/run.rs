@@ -14,7 +14,7 @@ use model::{Batch, Context};
 use tokenizer::Tokenizer;
 
 use super::fault::{self, panic_text};
-use super::seq::Seq;
+use super::seq::{Draft, Seq};
 use super::{embed, Counters, Event, Finish, FinishReason, Job, Life, SchedulerOptions, Shed};
 use crate::sequence::{Masks, Sequence};
 use crate::step::{self, ChunkSizer};
@@ -270,7 +270,9 @@ impl Scheduler {
             self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt)
         };
         self.counters.prefix_hit_tokens.inc_by(hit as u64);
+        let drafts = self.opts.draft && job.req.draft && !embed::is_embedding(&job);
         let seq = Seq {
+            draft: drafts.then(|| Draft::new(&job.req.prompt)),
             sampler,
             // A call's markup may be control tokens (Qwen's `<tool_call>`): its text is kept
             // for the parser when the request offers tools.

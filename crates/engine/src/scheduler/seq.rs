@@ -4,7 +4,25 @@
 use std::time::Instant;
 
 use super::{Finish, FinishReason, Job};
+use crate::draft::{Drafter, Gate, Ngram};
 use crate::{Sampler, Sequence};
+
+/// Speculative decoding for one sequence: its drafter, its gate, and the guesses the step in
+/// flight verifies (fed after `Seq::next`, at the positions after it).
+pub(super) struct Draft {
+    pub(super) drafter: Ngram,
+    pub(super) gate: Gate,
+    pub(super) guesses: Vec<u32>,
+}
+
+impl Draft {
+    /// A drafter that has read `prompt`.
+    pub(super) fn new(prompt: &[u32]) -> Draft {
+        let mut drafter = Ngram::new();
+        drafter.start(prompt);
+        Draft { drafter, gate: Gate::new(), guesses: Vec::new() }
+    }
+}
 
 /// One running request in a slot.
 pub(super) struct Seq {
@@ -24,6 +42,8 @@ pub(super) struct Seq {
     pub(super) first: Option<Instant>,
     /// When the last token was sampled.
     pub(super) last: Option<Instant>,
+    /// Speculative decoding, when the server drafts and the request allows it.
+    pub(super) draft: Option<Draft>,
 }
 
 impl Seq {
