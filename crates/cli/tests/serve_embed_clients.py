@@ -40,6 +40,15 @@ assert [d.index for d in r.data] == list(range(len(inputs))), r
 for d in r.data:
     close(d.embedding, vectors[d.index], f"openai embeddings.create() input {d.index}")
 assert r.usage.prompt_tokens > 0, r.usage
+# Repeated inputs (computed once) each get their vector, in order, and count in the usage.
+twice = [inputs[1], inputs[0], inputs[1]]
+r2 = c.embeddings.create(model=model, input=twice, encoding_format="float")
+for d, want in zip(r2.data, [1, 0, 1]):
+    close(d.embedding, vectors[want], f"repeated input {d.index}")
+single = c.embeddings.create(model=model, input=[inputs[1]], encoding_format="float")
+first = c.embeddings.create(model=model, input=[inputs[0]], encoding_format="float")
+want_tokens = 2 * single.usage.prompt_tokens + first.usage.prompt_tokens
+assert r2.usage.prompt_tokens == want_tokens, (r2.usage, want_tokens)
 r = c.embeddings.create(model=model, input=inputs[:2], encoding_format="float", dimensions=32)
 assert all(len(d.embedding) == 32 for d in r.data), r
 try:

@@ -416,7 +416,8 @@ pub fn base64_f32(v: &[f32]) -> String {
 }
 
 /// Runs `req` through the scheduler: each input's vector (cut and normalised as the route
-/// wants) and the tokens read.
+/// wants) and the inputs' tokens (all of them, as usage counts them; identical inputs are
+/// computed once).
 async fn run(
     st: &std::sync::Arc<AppState>,
     body: Bytes,
@@ -438,11 +439,25 @@ async fn run(
             Ok(((req, tokens), Vec::new()))
         })
         .await?;
-    let n = tokens.len();
+    let n_tokens = tokens.iter().map(Vec::len).sum();
+    // Identical inputs are computed once: a list of one string repeated costs one input.
+    let mut first: std::collections::HashMap<&[u32], usize> = Default::default();
+    let which: Vec<usize> = tokens
+        .iter()
+        .map(|t| {
+            let k = first.len();
+            *first.entry(t.as_slice()).or_insert(k)
+        })
+        .collect();
+    let mut unique = vec![Vec::new(); first.len()];
+    for (t, i) in first {
+        unique[i] = t.to_vec();
+    }
+    let n = unique.len();
     let e = st.embedding;
     let (mut events, mut vectors) = st
         .engine
-        .embed_on(ticket, tokens, e.pooling, e.n_embd)
+        .embed_on(ticket, unique, e.pooling, e.n_embd)
         .map_err(|r| ApiError::refused(style, r))?;
     let l2 = req.shape != Shape::Legacy;
     let mut out = Vec::with_capacity(n);
@@ -455,7 +470,8 @@ async fn run(
                 if out.len() != n {
                     break;
                 }
-                return Ok((req, out, f.n_prompt, t0.elapsed()));
+                let all = which.iter().map(|&i| out[i].clone()).collect();
+                return Ok((req, all, n_tokens, t0.elapsed()));
             }
             Some(Event::Failed(e)) => {
                 return Err(ApiError::new(style, StatusCode::INTERNAL_SERVER_ERROR, e))
