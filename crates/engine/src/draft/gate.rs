@@ -69,6 +69,9 @@ pub struct Gate {
     pause: usize,
     /// Drafts in a row of which nothing was kept.
     misses: u32,
+    /// The pause ending was ordered by the cost rule: the next draft is a short probe, since
+    /// the keep rate only moves when guesses are tried.
+    probe: bool,
     /// Running sums of guesses kept and guesses tried (a tried guess is kept, or the first
     /// rejected one).
     kept: f64,
@@ -78,7 +81,15 @@ pub struct Gate {
 
 impl Default for Gate {
     fn default() -> Self {
-        Gate { len: START, pause: 0, misses: 0, kept: 0.0, tried: 0.0, cost: Cost::default() }
+        Gate {
+            len: START,
+            pause: 0,
+            misses: 0,
+            probe: false,
+            kept: 0.0,
+            tried: 0.0,
+            cost: Cost::default(),
+        }
     }
 }
 
@@ -104,10 +115,14 @@ impl Gate {
             return 0;
         }
         let room = room.min(MAX_DRAFT);
+        if std::mem::take(&mut self.probe) {
+            return START.min(room);
+        }
         let n = self.len.min(self.cost.best(self.keep_rate(), room));
         if n == 0 && room > 0 {
-            // Drafting does not pay at this keep rate: look again after a pause, as after a miss.
+            // Drafting does not pay at this keep rate: probe again after a pause, as after a miss.
             self.miss();
+            self.probe = true;
         }
         n
     }
@@ -177,18 +192,24 @@ mod tests {
             let mut n = 0;
             while g.want(100) == 0 {
                 n += 1;
+                assert!(n <= MAX_PAUSE, "paused past MAX_PAUSE");
             }
             skipped.push(n);
             g.observe(START, 0);
         }
         assert_eq!(skipped, vec![0, 1, 3, 7, 15, 31, 63, 63]);
         // A kept guess ends the run of misses.
-        while g.want(100) == 0 {}
+        for _ in 0..=MAX_PAUSE {
+            if g.want(100) > 0 {
+                break;
+            }
+        }
         g.observe(START, 2);
         g.observe(3, 0);
         let mut n = 0;
         while g.want(100) == 0 {
             n += 1;
+            assert!(n < 10, "the pause after one miss is one pass");
         }
         assert_eq!(n, 1);
     }
@@ -209,9 +230,12 @@ mod tests {
 
     #[test]
     fn drafts_run_long_when_reading_the_weights_dominates() {
-        // A streamed model: a pass costs 300 ms, a guess 5 ms more.
-        let mut g = trained(0.3, 0.005, 0.8);
+        // A streamed model: a pass costs 300 ms, a guess 5 ms more; 90% of guesses kept.
+        let mut g = trained(0.3, 0.005, 0.9);
         assert_eq!(g.want(100), MAX_DRAFT);
+        // At 80% kept the sixteenth guess no longer pays for itself.
+        let mut g = trained(0.3, 0.005, 0.8);
+        assert_eq!(g.want(100), 12);
     }
 
     #[test]
@@ -220,12 +244,13 @@ mod tests {
         let mut g = trained(0.024, 0.0216, 0.5);
         assert!((g.keep_rate() - 0.5).abs() < 0.05, "{}", g.keep_rate());
         assert_eq!(g.want(100), 0);
-        // ... and drafting is tried again after a pause.
+        // ... and a short draft probes the keep rate again after a pause.
         let mut n = 1;
         while g.want(100) == 0 {
             n += 1;
+            assert!(n <= MAX_PAUSE + 1, "no probe after {n} passes");
         }
-        assert!(n > 1 && n <= 2 * MAX_PAUSE, "{n}");
+        assert!(n > 1, "{n}");
     }
 
     #[test]
