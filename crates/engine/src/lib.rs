@@ -1,6 +1,6 @@
 //! Running models: sampling, generation with streaming text and stop conditions, the
-//! continuous-batching scheduler ([`scheduler`]) that serves many requests on one context, and
-//! evaluation against reference logits.
+//! continuous-batching scheduler ([`scheduler`]) that serves many requests on one context,
+//! speculative decoding ([`draft`]), and evaluation against reference logits.
 
 #![forbid(unsafe_code)]
 
