@@ -109,7 +109,7 @@ pub fn matmul_multi_with(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, &[])
+    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, &[], usize::MAX)
 }
 
 /// [`matmul_multi`] where the activation rows in `panels` (sorted, disjoint, inside `0..m`) may
@@ -127,7 +127,7 @@ pub fn matmul_multi_panels(
     panels: &[Range<usize>],
 ) -> Result<(), KernelError> {
     let panels = if panels_enabled() { panels } else { &[] };
-    matmul_multi_on(isa(), pool, ws, x, m, ys, scratch, panels)
+    matmul_multi_on(isa(), pool, ws, x, m, ys, scratch, panels, PANEL_MIN_TOKENS)
 }
 
 /// [`matmul_with`] with every activation row on the prefill panels where the path has them
@@ -142,7 +142,8 @@ pub fn matmul_panels_with(
     y: &mut [f32],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&(0..m)))
+    let all = 0..m;
+    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&all), 1)
 }
 
 /// Whether [`matmul_multi_panels`] takes the prefill panels: only with `SNUG_PANELS=1`. The
@@ -153,7 +154,7 @@ pub fn matmul_panels_with(
 /// whole block of its prompt), whatever chunk carries it.
 pub fn panels_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| std::env::var("SNUG_PANELS").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Whether [`matmul_multi_panels`] runs matrices of type `ty` on the prefill panels on this
@@ -172,6 +173,7 @@ fn matmul_multi_on(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
     panels: &[Range<usize>],
+    min_tokens: usize,
 ) -> Result<(), KernelError> {
     check_isa(isa)?;
     if ws.is_empty() || ws.len() > MAX_MULTI {
@@ -197,7 +199,7 @@ fn matmul_multi_on(
         }
         end = r.end;
     }
-    let panels_pay = panels.iter().any(|r| r.len() >= PANEL_MIN_TOKENS);
+    let panels_pay = panels.iter().any(|r| r.len() >= min_tokens.max(1));
     let nth = pool.n_threads();
 
     let mut parts: [Option<Part>; MAX_MULTI] = [None; MAX_MULTI];
@@ -212,14 +214,14 @@ fn matmul_multi_on(
         let w_row = row_bytes(ty, cols)?;
         check_len("weight data (bytes)", rows.saturating_mul(w_row), data.len())?;
         check_len("y", m.saturating_mul(rows), y.len())?;
-        let (chunk_rows, min_rows) = if m < TILE {
+        let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
+        let (chunk_rows, min_rows) = if m < TILE && panel.is_none() {
             let most = (rows / (nth * 8)).clamp(8, 256);
             (most, MIN_CLAIM_BYTES.div_ceil(w_row).min(most))
         } else {
-            (16, 16)
+            (PANEL_ROWS, PANEL_ROWS)
         };
         let out = SharedMut(y.as_mut_ptr());
-        let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
         parts[i] = Some(Part {
             k,
             panel,
@@ -261,7 +263,7 @@ fn matmul_multi_on(
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols, panels);
+                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols, panels, min_tokens);
                     cur = cursor.load(Ordering::Relaxed);
                 }
                 Err(now) => cur = now,
@@ -335,6 +337,7 @@ fn run_chunk(
     m: usize,
     cols: usize,
     panels: &[Range<usize>],
+    min_tokens: usize,
 ) {
     let Some(pk) = p.panel.filter(|_| r1 - r0 == PANEL_ROWS) else {
         rows(p, r0, r1, acts, x_row, 0..m, cols);
@@ -347,7 +350,7 @@ fn run_chunk(
         // and `panel` is the size the kernels asked for.
         unsafe { (pk.unpack)(cols, w, p.w_row, panel) };
         let mut t = 0;
-        for r in panels.iter().filter(|r| r.len() >= PANEL_MIN_TOKENS) {
+        for r in panels.iter().filter(|r| !r.is_empty() && r.len() >= min_tokens) {
             rows(p, r0, r1, acts, x_row, t..r.start, cols);
             // SAFETY: as above; `acts` holds rows r.start..r.end (r.end <= m, checked by
             // matmul) at `x_row`, and outputs t * rows + r0.. (16 of them) for those rows lie in
