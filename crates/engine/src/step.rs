@@ -36,7 +36,8 @@ pub struct Budget {
     pub idle: usize,
     /// Tokens a step may prefill beside decoding.
     pub beside_decode: usize,
-    /// Chunks end on KV block boundaries (the prefill panels' rule, `model::Batch::panel_runs`).
+    /// Chunks end on KV block boundaries (once the prefill panels' rule; every caller now passes
+    /// `false`, since the panels give the row kernels' bits).
     pub aligned: bool,
 }
 

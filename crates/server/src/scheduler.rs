@@ -77,7 +77,6 @@ use engine::sequence::{Finish as End, Masks, Sequence};
 use engine::step::{self, ChunkSizer};
 use engine::tools::ToolGrammar;
 use engine::{JsonFormat, JsonMask, Sampler, SamplerParams, StopMatcher};
-use model::kv::BLOCK_TOKENS;
 use model::{Batch, Context};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -903,12 +902,12 @@ impl Scheduler {
     fn step(&mut self) {
         self.batch.clear();
         self.rows.clear();
-        let panel_blocks = self.ctx.panel_blocks();
         let ubatch = self.ctx.params.n_ubatch.max(1);
         let budget = step::Budget {
             idle: ubatch,
             beside_decode: self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch)),
-            aligned: panel_blocks,
+            // The prefill panels give the row kernels' bits: chunks may end anywhere.
+            aligned: false,
         };
         let (mut progress, mut plan) =
             (std::mem::take(&mut self.progress), std::mem::take(&mut self.plan));
@@ -970,14 +969,7 @@ impl Scheduler {
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                // With prefill panels, a cold run computes a prompt's whole blocks on them and
-                // its tail and answer on the row kernels: only the whole blocks are shared.
-                let shared = if panel_blocks {
-                    &q.tokens[..q.job.req.prompt.len() / BLOCK_TOKENS * BLOCK_TOKENS]
-                } else {
-                    &q.tokens[..]
-                };
-                self.ctx.kv.prefix_register(s, shared, q.job.req.adapters.salt);
+                self.ctx.kv.prefix_register(s, &q.tokens, q.job.req.adapters.salt);
             }
         }
         self.publish_blocks();

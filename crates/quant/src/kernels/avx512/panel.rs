@@ -1,28 +1,42 @@
 //! Prefill on AVX-512 VNNI: 16 weight rows unpacked once into a panel, then every token of the
-//! batch broadcast against it.
+//! batch broadcast against it. Its outputs are bit-identical to the row kernels' (`kquants.rs`),
+//! so which kernel a token meets is a matter of speed only.
 //!
-//! The row kernels (`kquants.rs`) unpack a weight block for each group of at most 8 tokens and
-//! spend about as many instructions applying scales, packing and taking the mins as on the
-//! products themselves. Here a chunk of [`PANEL_ROWS`] rows is unpacked once per matmul into
-//! unsigned bytes laid out `[k / 4][row][k % 4]`, so one zmm holds four consecutive values of
-//! each of the 16 rows. A token's four activation bytes at `k` are one broadcast (an embedded
-//! `{1to16}` memory operand) and one `vpdpbusd` adds 64 products into the 16 rows' sums: the
-//! token's outputs end up as one zmm of 16 rows, stored with one write. Per 256-value block and
-//! token that is 64 `vpdpbusd`, one `cvt` and one float multiply-add per scale group (8 or 16),
-//! 8 `vpdpwssd` for the offset or min term against the Q8_K block sums, and 2 multiply-adds: close
-//! to one instruction per 64 products, against ~2.5 in the row kernels. Eight tokens run at once
-//! (8 × 3 accumulators of the 32 registers), each weight zmm loaded once for the eight.
+//! The row kernels unpack a weight block for each group of at most 8 tokens and spend about as
+//! many instructions applying scales, packing and taking the mins as on the products themselves.
+//! Here a chunk of [`PANEL_ROWS`] rows is unpacked once per matmul into unsigned bytes laid out
+//! `[k / 4][row][k % 4]`, so one zmm holds four consecutive values of each of the 16 rows. A
+//! token's four activation bytes at `k` are one broadcast (an embedded `{1to16}` memory operand)
+//! and one `vpdpbusd` adds 64 products into the 16 rows' sums: the token's outputs end up as one
+//! zmm of 16 rows, stored with one write. Eight tokens run at once (8 × 3 accumulators of the 32
+//! registers), each weight zmm loaded once for the eight.
 //!
-//! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one f32 zmm per scale
-//! group holding `d · scale` per row; 8 zmm of i16 pairs per row that weigh the 16 block sums
-//! (Q4_K/Q5_K: the mins; Q6_K: 32·scale, its offset; IQ4_XS: 128·scale, the offset that makes its
-//! signed codebook unsigned); one f32 zmm per row multiplying that term (`dmin` or `d`). The
-//! unpack costs ~2 µs per 16 × 1,536 values, paid once per chunk and matmul; at 32 tokens it is a
-//! few per cent of the products, so `PANEL_MIN_TOKENS` keeps smaller batches on the row kernels.
+//! Same bits as the row kernels: per 256-value block and (row, token) both compute the exact
+//! i32 `S = Σ_groups scale · Σ u·q8` (the offset of Q6_K and IQ4_XS folded in through the Q8_K
+//! block sums) and, for Q4_K/Q5_K, `M = Σ min · bsum`; integer sums do not depend on their order.
+//! Then one float step per block, in block order, from 0: Q4_K/Q5_K
+//! `acc = fma(yd, fmsub(d, S, dmin·M), acc)`, Q6_K/IQ4_XS `acc = fma(yd, d·S, acc)` (`k4_step`,
+//! `d_step` in `kquants.rs`). The row kernels fold their i32 vector into `S` each block (a
+//! `vphaddd` tree across the tokens, ~3 instructions per token); here one lane is one row and
+//! the group sums are weighed by their integer scales: a `vpdpwssd` by `(scale, 0)` per sum of 16
+//! (Q4_K) or 8 (Q5_K) values, whose magnitude fits an i16, or a `vpmulld` per group (Q6_K's 16
+//! values, IQ4_XS's 32, whose sums do not). Ranges: `|S| < 2^28` and `|M| < 2^22` for every
+//! format, with `|q8| <= 128`.
 //!
-//! Results: the integer sums per scale group are exact, as in the scalar twins; the float sums
-//! run in a different order (per group, then per block), so outputs differ from the row kernels
-//! in the last bits.
+//! Cost per 256-value block and token: 64 `vpdpbusd`; 16 `vpdpwssd` (Q4_K), 32 (Q5_K), or 16
+//! (IQ4_XS: 8 groups) or 32 (Q6_K: 16 groups) `vpmulld` µops and 8 or 16 adds; 8 `vpdpwssd` for
+//! the min or offset term against the Q8_K block sums; 2 `cvt` and 2 or 3 float ops. That is
+//! close to one instruction per 64 products, against ~2.5 in the row kernels; next to the old
+//! float-per-group panel (one `cvt` and one FMA per group), Q4_K costs the same, Q5_K, Q6_K
+//! and IQ4_XS a few per cent more.
+//!
+//! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one i32 zmm per scale
+//! group holding each row's scale; 8 zmm of i16 pairs per row that weigh the 16 block sums
+//! (Q4_K/Q5_K: the mins; Q6_K: −32·scale, its offset; IQ4_XS: −128·scale, the offset that made
+//! its signed codebook unsigned); one f32 zmm of `d` and one of `dmin` per row. The unpack costs
+//! ~2 µs per 16 × 1,536 values, paid once per chunk and matmul, so
+//! [`PANEL_MIN_TOKENS`](super::super::PANEL_MIN_TOKENS) keeps the smallest batches on the row
+//! kernels.
 //!
 //! # Safety
 //! Every function here needs AVX-512 F/BW/VL/VNNI; the callers check the ISA.
