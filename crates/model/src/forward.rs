@@ -295,7 +295,8 @@ impl Context {
         // Every token of the micro-batch may take the prefill panels: they give the row
         // kernels' bits (`quant::kernels::matmul_multi_panels`), so which tokens share a
         // micro-batch changes the speed only.
-        let panels = [0..n];
+        let all = 0..n;
+        let panels = std::slice::from_ref(&all);
         let observer = self.observer.get().cloned();
         let rope_factors = rope_factors(c, w, self.params.n_ctx);
         for (il, lw) in w.layers.iter().enumerate() {
@@ -307,7 +308,7 @@ impl Context {
                 il,
                 blocks: &w.stage_blocks,
                 lora: (&self.adapters, &batch.seq[b0..b1]),
-                panels: &panels,
+                panels,
             };
             let io = Rows { n, d };
             io.norm(&mut s.xn, &s.x, &lw.attn_norm, c.rms_eps);
