@@ -5,12 +5,12 @@
 //!   part shrinks it to what was kept plus one; a draft of which nothing was kept pauses
 //!   drafting for 1, 3, 7, … passes (up to [`MAX_PAUSE`]) and starts the next one short. Text
 //!   with nothing to copy thus costs a few short passes per hundred tokens.
-//! - **Cost.** Passes are timed: a pass of `1 + L` tokens costs about `a + b·L` (`a` a lone
-//!   token's pass, `b` each guess more; both running means). With `α` the share of guesses
-//!   kept (a running mean of kept over tried), a pass yields `1 + α + … + α^L` tokens on
+//! - **Cost.** Passes are timed by size (a running mean per number of guesses, sizes not yet
+//!   timed estimated from their neighbours). With `α` the share of guesses kept (a running
+//!   mean of kept over tried), a pass of `L` guesses yields `1 + α + … + α^L` tokens on
 //!   average, and `L` is the length that maximises tokens per second. Where reading the
-//!   weights dominates (a model streamed from disk, `b ≪ a`) drafts run long; where computing
-//!   rows does (`b` near `a`), they stay short or stop.
+//!   weights dominates (a model streamed from disk) drafts run long; where computing rows does
+//!   (past the few tokens a weight read carries for free), they stay short or stop.
 //!
 //! O([`MAX_DRAFT`]) per pass.
 
@@ -23,36 +23,57 @@ pub const MAX_PAUSE: usize = 63;
 /// Weight of the past in the running means (per pass).
 const DECAY: f64 = 0.8;
 
-/// Running means of what passes cost.
+/// Running means of what passes cost, by their number of guesses: the cost of a pass is not
+/// linear in its tokens (a few tokens ride on the weights' read for free, past that each one
+/// costs its compute), so each size keeps its own mean. A size not yet timed is estimated from
+/// its nearest timed neighbours (linearly between them, or along the last two past the end).
 #[derive(Clone, Debug, Default)]
 struct Cost {
-    /// Seconds of a pass of one token (`a`), once seen.
-    lone: Option<f64>,
-    /// Seconds each guess adds to a pass (`b`), once seen.
-    per_guess: Option<f64>,
+    /// `[guesses]`: mean seconds of a pass of `1 + guesses` tokens, once timed.
+    secs: [Option<f64>; MAX_DRAFT + 1],
 }
 
 impl Cost {
     fn observe(&mut self, guesses: usize, secs: f64) {
-        let mix =
-            |old: Option<f64>, new: f64| Some(old.map_or(new, |o| DECAY * o + (1.0 - DECAY) * new));
-        if guesses == 0 {
-            self.lone = mix(self.lone, secs);
-        } else if let Some(a) = self.lone {
-            self.per_guess = mix(self.per_guess, (secs - a).max(0.0) / guesses as f64);
+        if let Some(m) = self.secs.get_mut(guesses) {
+            *m = Some(m.map_or(secs, |o| DECAY * o + (1.0 - DECAY) * secs));
         }
     }
 
-    /// The length in `0..=room` with the most tokens per second at keep rate `alpha`
-    /// (`room` itself until both costs are known).
+    /// The first size of `sizes` that was timed, and its mean.
+    fn first_timed(&self, mut sizes: impl Iterator<Item = usize>) -> Option<(usize, f64)> {
+        sizes.find_map(|i| self.secs[i].map(|t| (i, t)))
+    }
+
+    /// Seconds of a pass with `l` guesses, timed or estimated (`None`: too little is known).
+    fn estimate(&self, l: usize) -> Option<f64> {
+        if let Some(t) = self.secs[l] {
+            return Some(t);
+        }
+        let below = self.first_timed((0..l).rev());
+        let above = self.first_timed(l + 1..=MAX_DRAFT);
+        let at = |(i0, t0): (usize, f64), (i1, t1): (usize, f64)| {
+            t0 + (t1 - t0) * (l as f64 - i0 as f64) / (i1 as f64 - i0 as f64)
+        };
+        match (below, above) {
+            (Some(lo), Some(hi)) => Some(at(lo, hi)),
+            // Past the longest timed pass: along the slope of the two longest.
+            (Some(hi), None) => self.first_timed((0..hi.0).rev()).map(|lo| at(lo, hi).max(hi.1)),
+            _ => None,
+        }
+    }
+
+    /// The length in `0..=room` with the most tokens per second at keep rate `alpha`; lengths
+    /// whose cost is not known yet are taken as worth trying (`room` when the lone pass is not).
     fn best(&self, alpha: f64, room: usize) -> usize {
-        let (Some(a), Some(b)) = (self.lone, self.per_guess) else { return room };
+        let Some(a) = self.estimate(0) else { return room };
         let (mut best, mut best_rate) = (0, 1.0 / a.max(1e-9));
         let (mut tokens, mut p) = (1.0, 1.0);
         for l in 1..=room {
             p *= alpha;
             tokens += p;
-            let rate = tokens / (a + b * l as f64).max(1e-9);
+            let Some(t) = self.estimate(l) else { return room.max(best) };
+            let rate = tokens / t.max(1e-9);
             if rate > best_rate {
                 (best, best_rate) = (l, rate);
             }
@@ -219,6 +240,7 @@ mod tests {
         let mut g = Gate::new();
         g.timed(0, a);
         g.timed(8, a + 8.0 * b);
+        g.timed(12, a + 12.0 * b);
         // 100 guesses tried: kept runs ending in one rejection each.
         let run = (alpha / (1.0 - alpha)).round() as usize;
         for _ in 0..20 {
@@ -251,6 +273,33 @@ mod tests {
             assert!(n <= MAX_PAUSE + 1, "no probe after {n} passes");
         }
         assert!(n > 1, "{n}");
+    }
+
+    #[test]
+    fn a_pass_that_turns_compute_bound_keeps_drafts_below_the_turn() {
+        // Measured on qwen2.5-coder-1.5b: up to 4 tokens ride on one read of the weights (45 ms,
+        // 52 ms at 4), past that each token costs 13 ms. At 90% kept, 3 guesses pay best.
+        let mut g = Gate::new();
+        for (l, ms) in [(0, 45.0), (1, 46.0), (3, 52.0), (7, 104.0), (15, 193.0)] {
+            g.timed(l, ms / 1000.0);
+        }
+        for _ in 0..20 {
+            g.observe(10, 9);
+        }
+        g.len = MAX_DRAFT;
+        assert_eq!(g.want(100), 3);
+    }
+
+    #[test]
+    fn an_untimed_size_is_estimated_from_its_neighbours() {
+        let mut c = Cost::default();
+        assert_eq!(c.estimate(0), None);
+        c.observe(0, 1.0);
+        assert_eq!(c.estimate(3), None, "one timed size gives no slope");
+        c.observe(4, 2.0);
+        assert_eq!(c.estimate(2), Some(1.5));
+        assert_eq!(c.estimate(8), Some(3.0));
+        assert_eq!(c.estimate(4), Some(2.0));
     }
 
     #[test]
