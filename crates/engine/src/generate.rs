@@ -312,6 +312,8 @@ impl Session {
             drafts.clear();
             row = 0;
             let n_ctx = self.n_ctx();
+            // A pass costs its drafting too (a draft model's passes; nothing for prompt lookup).
+            let t = Instant::now();
             if let Some(d) = self.drafter.as_mut() {
                 let ctx_room = if self.ctx.kv.unbounded() {
                     usize::MAX
@@ -337,7 +339,6 @@ impl Session {
             for (i, &g) in drafts.iter().enumerate() {
                 self.batch.push(g, pos + 1 + i, 0, true);
             }
-            let t = Instant::now();
             self.ctx.decode(&self.batch)?;
             gate.timed(drafts.len(), t.elapsed().as_secs_f64());
             passes += 1;
