@@ -173,7 +173,11 @@ fn sampled_tokens_keep_their_distribution_over_many_seeds() {
         let (t, _) = third(false, 10_000 + i, &mut s);
         counts.entry(t).or_default()[1] += 1.0;
     }
-    assert!(drafted > n as usize, "{drafted} guesses in {n} answers: the drafter was not tested");
+    // A 3-token answer has room for one guess a pass: most answers must have verified one.
+    assert!(
+        2 * drafted >= n as usize,
+        "{drafted} guesses in {n} answers: the drafter was not tested"
+    );
     // Bins with at least 10 draws between the two; the rest pooled.
     let (mut bins, mut rest) = (Vec::new(), [0.0; 2]);
     for c in counts.values() {
