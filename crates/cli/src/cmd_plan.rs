@@ -42,6 +42,10 @@ pub struct PlanArgs {
     /// holds, JSON mode's per-vocabulary tables.
     #[arg(long)]
     pub serve: bool,
+    /// Speculative decoding as `run`, `chat` and `serve` default to (`ngram`): its rows of
+    /// logits count; `off` plans without them.
+    #[arg(long, value_name = "ngram|off", default_value = "ngram", value_parser = ["ngram", "off"])]
+    pub draft: String,
     /// Machine-readable output; top-level `predicted_peak_rss_bytes`.
     #[arg(long)]
     pub json: bool,
@@ -87,7 +91,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
         json_mode: a.serve || a.parallel > 1,
-        draft_tokens: 0,
+        draft_tokens: if a.draft == "ngram" { engine::draft::MAX_DRAFT } else { 0 },
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.

@@ -297,8 +297,11 @@ impl ToolMask {
         loop {
             let phase = std::mem::replace(&mut self.phase, Phase::Off);
             self.phase = match phase {
-                Phase::Off => Phase::Off,
-                Phase::Done => Phase::Done,
+                // Nothing more is constrained: the rest of the bytes are plain text.
+                Phase::Off | Phase::Done => {
+                    self.phase = phase;
+                    return;
+                }
                 Phase::Free { mut matched, mut started } => {
                     let (trigger, anchored) = self.grammar.format.trigger();
                     let trigger = trigger.as_bytes();
@@ -568,6 +571,23 @@ mod tests {
         assert_eq!(m.n_calls(), 1);
         feed(&mut m, &v, "}\n</tool_call>");
         // One call at most: done, the scheduler ends the answer.
+        assert!(m.is_complete());
+    }
+
+    #[test]
+    fn bytes_after_the_calls_close_are_plain_text() {
+        // One token may close the section and carry more: the mask takes the rest as text
+        // (it once looped on it for good).
+        let v = vocab();
+        let mut m = grammar(Format::Hermes, Start::Now, 1).mask();
+        feed(
+            &mut m,
+            &v,
+            "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"utc\"}}",
+        );
+        m.accept(b"\n</tool_call>\n\nmore");
+        assert!(m.is_complete());
+        m.accept(b" and more");
         assert!(m.is_complete());
     }
 
