@@ -91,7 +91,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv_available: KvType::ALL.to_vec(),
         kv_windowed: true,
         json_mode: a.serve || a.parallel > 1,
-        draft_tokens: if a.draft == "ngram" { engine::draft::MAX_DRAFT } else { 0 },
+        draft_tokens: engine::draft::DraftKind::parse(&a.draft).guess_rows(),
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.

@@ -19,6 +19,7 @@
 
 use anyhow::Context as _;
 use clap::Args;
+use engine::draft::DraftKind;
 use runtime::RunOptions;
 
 use crate::cmd_ps::{DEFAULT_HOST, DEFAULT_PORT};
@@ -156,7 +157,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         mem: cmd.run.mem.options(),
         adapter_bytes,
         json_mode: true,
-        draft_tokens: if cmd.draft == "ngram" { engine::draft::MAX_DRAFT } else { 0 },
+        draft_tokens: DraftKind::parse(&cmd.draft).guess_rows(),
         draft_bytes: 0,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
@@ -184,7 +185,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         max_body: cmd.max_body,
         queue: cmd.queue,
         prefill_chunk: cmd.prefill_chunk,
-        draft: cmd.draft == "ngram",
+        draft: !DraftKind::parse(&cmd.draft).is_off(),
         name,
         budget: planned.budget.bytes,
         lora_dir: cmd.lora_dir.clone(),

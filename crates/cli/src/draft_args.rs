@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Context as _;
 use clap::Args;
-use engine::draft::{DraftKind, DraftModel, Drafter, Ngram, MAX_DRAFT};
+use engine::draft::{DraftKind, DraftModel, Drafter, Ngram};
 use model::ContextParams;
 use runtime::plan::{self, ModelFacts};
 use runtime::Loaded;
@@ -45,11 +45,7 @@ impl DraftArgs {
 
     /// Drafted tokens a pass may verify (the extra rows of logits the plan counts).
     pub fn tokens(&self) -> usize {
-        if self.kind().is_off() {
-            0
-        } else {
-            MAX_DRAFT
-        }
+        self.kind().guess_rows()
     }
 
     /// The draft model, opened on the first call (`None` unless `--draft` names a model).

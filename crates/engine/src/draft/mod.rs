@@ -62,6 +62,16 @@ impl DraftKind {
     pub fn is_off(&self) -> bool {
         *self == DraftKind::Off
     }
+
+    /// Guesses a pass may verify beside each step's decode tokens: the extra rows of logits a
+    /// context for this drafter needs (and the planner counts).
+    pub fn guess_rows(&self) -> usize {
+        if self.is_off() {
+            0
+        } else {
+            MAX_DRAFT
+        }
+    }
 }
 
 /// A source of guesses for one sequence.
