@@ -69,8 +69,14 @@ impl Scheduler {
                 .min(guess_rows);
             let want = d.gate.want(room);
             if want > 0 {
-                // Prompt lookup cannot fail; a drafter that could would only lose its guesses.
-                let _ = d.drafter.draft(want, &mut d.guesses);
+                // A drafter that fails only loses its guesses; one that panics loses drafting for
+                // its sequence alone, which decodes on without guesses.
+                let (drafter, guesses) = (&mut d.drafter, &mut d.guesses);
+                if catch_unwind(AssertUnwindSafe(|| drafter.draft(want, guesses))).is_err() {
+                    d.guesses.clear();
+                    q.draft = None;
+                    continue;
+                }
                 d.guesses.truncate(want);
             }
             guess_rows -= d.guesses.len();
