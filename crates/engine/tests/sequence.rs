@@ -87,3 +87,75 @@ fn a_complete_constraint_ends_the_answer() {
     let (text, finish) = feed(&mut a, &tok, "{\"a\": [1, 2]} and more");
     assert_eq!((text.as_str(), finish), ("{\"a\": [1, 2]}", Some(Finish::Complete)));
 }
+
+#[test]
+fn a_required_call_under_random_logits_never_leaves_the_grammar() {
+    // The real vocabulary holds tokens that close a call's arguments and carry more (`"}}`,
+    // `"}\n`, ` }\n\n`): the mask must allow exactly those the call may go on with. Random
+    // logits, tilted toward closing bytes, walk many answers through `Sequence::sample`.
+    use engine::json_schema::Schema;
+    use engine::sampling::Rng;
+    use engine::sequence::Masks;
+    use engine::tools::{Format, Reasoning, Start, Tool, ToolGrammar};
+    use engine::{Sampler, SamplerParams};
+
+    let tok = tokenizer();
+    let schema = |v: serde_json::Value| Arc::new(Schema::compile(&v).unwrap());
+    let tools = vec![
+        Tool {
+            name: "get_weather".into(),
+            parameters: schema(serde_json::json!({"type": "object",
+                "properties": {"location": {"type": "string"},
+                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["location"]})),
+        },
+        Tool {
+            name: "add".into(),
+            parameters: schema(serde_json::json!({"type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "number"}}})),
+        },
+    ];
+    let n_vocab = tok.n_vocab();
+    // Tokens with closing or whitespace bytes are drawn far more often than their share.
+    let tilt: Vec<f32> = (0..n_vocab as u32)
+        .map(|t| {
+            let b = tok.token_piece(t);
+            if b.iter().any(|c| b"}]\"\n ".contains(c)) {
+                6.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut rng = Rng::new(7);
+    let mut masks = Masks::default();
+    let mut calls = 0;
+    for (walk, max_calls) in (0..24).zip([1, 2, 3].into_iter().cycle()) {
+        let grammar = Arc::new(ToolGrammar {
+            format: Format::Hermes,
+            tools: tools.clone(),
+            start: Start::Now,
+            max_calls,
+            reasoning: Reasoning::Off,
+        });
+        let mut a = answer(&tok, &[], 120).constrained(None, Some(grammar.mask()));
+        let params = SamplerParams { temperature: 1.0, seed: walk, ..SamplerParams::default() };
+        let mut sampler = Sampler::new(params, n_vocab);
+        let mut text = String::new();
+        loop {
+            let logits: Vec<f32> = tilt.iter().map(|t| t + 4.0 * rng.next_f32()).collect();
+            let Some(t) = a.sample(&mut sampler, &logits, &mut masks) else {
+                panic!("nothing allowed after {text:?}")
+            };
+            let step = a.accept(t, true);
+            text += &step.text;
+            let mask = a.tools.as_ref().unwrap();
+            if step.finish.is_some() {
+                calls += mask.n_calls();
+                break;
+            }
+            assert!(mask.constrains(), "walk {walk} left the grammar after {text:?}");
+        }
+    }
+    assert!(calls >= 12, "{calls} calls in 24 walks");
+}
