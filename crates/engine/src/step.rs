@@ -11,8 +11,6 @@
 //!
 //! Cost: O(sequences) per step.
 
-use model::kv::BLOCK_TOKENS;
-
 /// A running sequence's progress, as the planner reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -36,8 +34,6 @@ pub struct Budget {
     pub idle: usize,
     /// Tokens a step may prefill beside decoding.
     pub beside_decode: usize,
-    /// Chunks end on KV block boundaries (the prefill panels' rule, `model::Batch::panel_runs`).
-    pub aligned: bool,
 }
 
 /// Tokens each sequence computes this step, in the order given: 1 for a decoding sequence,
@@ -58,26 +54,10 @@ pub fn plan_into(seqs: &[Progress], budget: Budget, out: &mut Vec<usize>) {
             return 1;
         }
         let rest = s.prompt - s.n_past;
-        let n = if budget.aligned { aligned_take(s.n_past, rest, left) } else { rest.min(left) };
+        let n = rest.min(left);
         left = left.saturating_sub(n);
         n
     }));
-}
-
-/// Prompt tokens a prefill chunk takes from `n_past` with `rest` left and `budget` to spend,
-/// ending on a KV block boundary unless it takes the whole rest: whole blocks are computed in
-/// one batch, as a cold run computes them. A budget smaller than the way to the next boundary
-/// still reaches it (the prompt moves on); none at all takes nothing.
-fn aligned_take(n_past: usize, rest: usize, budget: usize) -> usize {
-    if budget == 0 {
-        return 0;
-    }
-    if rest <= budget {
-        return rest;
-    }
-    let end = (n_past + budget) / BLOCK_TOKENS * BLOCK_TOKENS;
-    let end = if end > n_past { end } else { (n_past / BLOCK_TOKENS + 1) * BLOCK_TOKENS };
-    (end - n_past).min(rest)
 }
 
 /// Prefill chunk size while others decode: the number of prompt tokens that cost about one
@@ -124,7 +104,7 @@ impl ChunkSizer {
 mod tests {
     use super::*;
 
-    const FREE: Budget = Budget { idle: 512, beside_decode: 8, aligned: false };
+    const FREE: Budget = Budget { idle: 512, beside_decode: 8 };
 
     fn decoding(n_past: usize) -> Progress {
         Progress { prompt: 10, n_past: n_past.max(10) }
@@ -169,35 +149,6 @@ mod tests {
         assert_eq!(plan(&before, FREE), vec![8, 0, 1]);
         let after = [reading(100, 0), decoding(1)];
         assert_eq!(plan(&after, FREE), vec![8, 1]);
-    }
-
-    #[test]
-    fn aligned_chunks_end_on_block_boundaries() {
-        let aligned = Budget { aligned: true, ..FREE };
-        // From 0 with a chunk of 8: up to the first boundary, whole.
-        assert_eq!(plan(&[reading(100, 0), decoding(1)], aligned), vec![32, 1]);
-        // Mid-block: to the boundary; a budget across boundaries stops at the last one.
-        assert_eq!(plan(&[reading(100, 10)], Budget { idle: 60, ..aligned }), vec![54]);
-        // The prompt's tail is taken whole when the budget covers it.
-        assert_eq!(plan(&[reading(100, 96)], aligned), vec![4]);
-        // No budget left: nothing, even when a boundary is near.
-        let zero = Budget { beside_decode: 0, ..aligned };
-        assert_eq!(plan(&[reading(100, 30), decoding(1)], zero), vec![0, 1]);
-    }
-
-    #[test]
-    fn an_aligned_take_is_the_rest_or_ends_on_a_boundary() {
-        const B: usize = BLOCK_TOKENS;
-        // All that is left when it fits, wherever it ends.
-        assert_eq!(aligned_take(0, 100, 512), 100);
-        assert_eq!(aligned_take(B, 7, 7), 7);
-        // Otherwise down to a boundary...
-        assert_eq!(aligned_take(0, 1000, 100), 3 * B);
-        assert_eq!(aligned_take(2 * B, 1000, B + 5), B);
-        // ...or, under a budget smaller than a block, up to the next one.
-        assert_eq!(aligned_take(0, 1000, 5), B);
-        assert_eq!(aligned_take(B + 3, 1000, 5), B - 3);
-        assert_eq!(aligned_take(B + 3, 20, 5), 20);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use quant::threads::ThreadPool;
 use crate::attention::{attention, scratch_floats};
 use crate::batch::Batch;
 use crate::config::{ModelConfig, MoeConfig};
-use crate::kv::{KvCache, SeqId, BLOCK_TOKENS};
+use crate::kv::{KvCache, SeqId};
 use crate::lora::{bgmv, AdapterSet, Lora, LoraError};
 use crate::moe::{self, MoeScratch};
 use crate::ops::{self, RopeTable};
@@ -48,9 +48,6 @@ struct Scratch {
     attn_tmp: Vec<f32>,
     /// the mixture-of-experts block's buffers (`None` for a dense model)
     moe: Option<MoeScratch>,
-    /// The batch's and the micro-batch's panel runs (`Batch::panel_runs`).
-    runs: Vec<Range<usize>>,
-    panels: Vec<Range<usize>>,
 }
 
 pub struct Context {
@@ -71,8 +68,6 @@ pub struct Context {
     observer: std::sync::OnceLock<Arc<dyn memory::residency::LayerObserver>>,
     /// [n_seq_max] each sequence's LoRA adapters and scales; empty for the bare model.
     adapters: Vec<AdapterSet>,
-    /// Some layer matrix runs on the prefill panels ([`Context::panel_blocks`]).
-    panel_blocks: bool,
 }
 
 /// Element counts of a context's buffers: the one formula [`Context::new`] allocates by and the
@@ -152,18 +147,10 @@ impl Context {
             rope: RopeTable::new(c.n_rot, c.rope_attn_factor),
             attn_tmp: vec![0.0; z.attn],
             moe: c.moe.map(|m| MoeScratch::new(&m, params.n_ubatch, c.n_embd)),
-            runs: Vec::new(),
-            panels: Vec::new(),
         };
         let kv = KvCache::new(c, &params);
         let logits = vec![0.0; z.logits];
-        let panel_blocks = model.weights.layers.iter().any(|lw| {
-            [lw.wq, lw.wk, lw.wv, lw.wo, lw.gate, lw.up, lw.down]
-                .iter()
-                .any(|m| quant::kernels::has_panels(m.ty))
-        });
         Context {
-            panel_blocks,
             pool: ThreadPool::new(nth),
             kv,
             s,
@@ -206,14 +193,6 @@ impl Context {
 
     pub fn config(&self) -> &ModelConfig {
         &self.model.config
-    }
-
-    /// Whether whole position blocks computed together (`Batch::panel_runs`) take other kernels
-    /// than the tokens of a partial block or of a decode step. If so, only the whole blocks of a
-    /// prompt are the same KV that a cold run of the same tokens computes, and only they may be
-    /// shared through the prefix cache.
-    pub fn panel_blocks(&self) -> bool {
-        self.panel_blocks
     }
 
     pub fn pool(&self) -> &ThreadPool {
@@ -282,24 +261,12 @@ impl Context {
             self.hidden.resize(want, 0.0);
         }
         let ub = self.params.n_ubatch.max(1);
-        let mut runs = std::mem::take(&mut self.s.runs);
-        runs.clear();
-        batch.panel_runs(0, batch.len(), &mut runs);
         let mut start = 0;
         while start < batch.len() {
-            let mut end = (start + ub).min(batch.len());
-            // A micro-batch ends between blocks of a panel run, not inside one (which would put
-            // the block's tokens on the row kernels), unless the block is longer than it.
-            if let Some(r) = runs.iter().find(|r| r.start < end && end < r.end) {
-                let cut = r.start + (end - r.start) / BLOCK_TOKENS * BLOCK_TOKENS;
-                if cut > start {
-                    end = cut;
-                }
-            }
+            let end = (start + ub).min(batch.len());
             self.run_ubatch(batch, start, end)?;
             start = end;
         }
-        self.s.runs = runs;
         Ok(())
     }
 
@@ -325,9 +292,11 @@ impl Context {
             }
         }
 
-        let mut panels = std::mem::take(&mut s.panels);
-        panels.clear();
-        batch.panel_runs(b0, b1, &mut panels);
+        // Every token of the micro-batch may take the prefill panels: they give the row
+        // kernels' bits (`quant::kernels::matmul_multi_panels`), so which tokens share a
+        // micro-batch changes the speed only.
+        let all = 0..n;
+        let panels = std::slice::from_ref(&all);
         let observer = self.observer.get().cloned();
         let rope_factors = rope_factors(c, w, self.params.n_ctx);
         for (il, lw) in w.layers.iter().enumerate() {
@@ -339,7 +308,7 @@ impl Context {
                 il,
                 blocks: &w.stage_blocks,
                 lora: (&self.adapters, &batch.seq[b0..b1]),
-                panels: &panels,
+                panels,
             };
             let io = Rows { n, d };
             io.norm(&mut s.xn, &s.x, &lw.attn_norm, c.rms_eps);
@@ -397,7 +366,6 @@ impl Context {
             }
             self.n_logits += n_out;
         }
-        s.panels = panels;
         Ok(())
     }
 }
@@ -575,7 +543,7 @@ struct GroupMm<'a> {
     /// Adapter sets by sequence, and the sequence of each token: each group's outputs gain
     /// their tokens' LoRA deltas after the base matmul (`lora::bgmv`).
     lora: (&'a [AdapterSet], &'a [SeqId]),
-    /// The tokens that take the prefill panels (`Batch::panel_runs`).
+    /// The tokens that may take the prefill panels (the whole micro-batch).
     panels: &'a [Range<usize>],
 }
 

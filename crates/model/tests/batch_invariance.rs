@@ -1,8 +1,10 @@
 //! A token's result does not depend on what shares its batch, on a real model whose Q4_K and
-//! Q6_K matrices take the prefill panels where the CPU has them (`Batch::panel_runs`): the
-//! last prompt token's logits are bit-identical whether the prompt runs alone in one batch, in
-//! micro-batches that are no multiple of a block, in block-aligned chunks, or beside another
-//! sequence's prompt and a decode token.
+//! Q6_K matrices take the prefill panels where the CPU has them (AVX-512 VNNI; the panels give
+//! the row kernels' bits): the last prompt token's logits are bit-identical whether the prompt
+//! runs alone in one batch, in micro-batches that are no multiple of a block, in chunks aligned
+//! to KV blocks or not (5, 17 tokens: a speculative verification's size), token by token at
+//! the end (one-token decode, on the row kernels), or beside another sequence's prompt and a
+//! decode token.
 
 use std::sync::Arc;
 
@@ -62,15 +64,19 @@ fn same(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn a_prompt_token_gets_the_same_logits_in_any_batch() {
-    // The panels are opt-in; this binary's only test turns them on before any matmul reads it.
-    std::env::set_var("SNUG_PANELS", "1");
     let m = model();
     let toks = prompt(150, 7);
     let alone = chunked(&mut context(&m, 512), &toks, &[150]);
-    // Micro-batches of 40 tokens: each ends on a block boundary instead, not inside a block.
+    // Micro-batches of 40 tokens, which cut KV blocks.
     same(&chunked(&mut context(&m, 40), &toks, &[150]), &alone, "n_ubatch 40");
     // Chunks that end on block boundaries, as the scheduler cuts them.
     same(&chunked(&mut context(&m, 512), &toks, &[64, 32, 54]), &alone, "aligned chunks");
+    // Chunks that cut blocks anywhere, a 5-token and a 17-token one among them.
+    let unaligned = [5, 17, 3, 45, 8, 40, 32];
+    same(&chunked(&mut context(&m, 512), &toks, &unaligned), &alone, "unaligned chunks");
+    // The prompt's last tokens one at a time, as decode steps run them.
+    let tail = [141, 5, 1, 1, 1, 1];
+    same(&chunked(&mut context(&m, 512), &toks, &tail), &alone, "one-token steps");
     // Beside a decode token of another sequence and that sequence's own prompt.
     let mut ctx = context(&m, 512);
     let other = prompt(70, 11);

@@ -12,8 +12,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use model::kv::BLOCK_TOKENS;
-
 use super::fault::{self, panic_text};
 use super::run::Scheduler;
 use super::{embed, Event, FinishReason, DRAFT_STREAMS};
@@ -26,12 +24,10 @@ impl Scheduler {
     pub(super) fn step(&mut self) {
         self.batch.clear();
         self.rows.clear();
-        let panel_blocks = self.ctx.panel_blocks();
         let ubatch = self.ctx.params.n_ubatch.max(1);
         let budget = step::Budget {
             idle: ubatch,
             beside_decode: self.opts.prefill_chunk.unwrap_or_else(|| self.sizer.chunk(ubatch)),
-            aligned: panel_blocks,
         };
         let (mut progress, mut plan) =
             (std::mem::take(&mut self.progress), std::mem::take(&mut self.plan));
@@ -137,14 +133,7 @@ impl Scheduler {
         self.counters.prompt_tokens.inc_by(n_prefill as u64);
         for &s in &self.order {
             if let Some(q) = &self.slots[s] {
-                // With prefill panels, a cold run computes a prompt's whole blocks on them and
-                // its tail and answer on the row kernels: only the whole blocks are shared.
-                let shared = if panel_blocks {
-                    &q.tokens[..q.job.req.prompt.len() / BLOCK_TOKENS * BLOCK_TOKENS]
-                } else {
-                    &q.tokens[..]
-                };
-                self.ctx.kv.prefix_register(s, shared, q.job.req.adapters.salt);
+                self.ctx.kv.prefix_register(s, &q.tokens, q.job.req.adapters.salt);
             }
         }
         self.publish_blocks();

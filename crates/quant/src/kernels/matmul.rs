@@ -7,11 +7,13 @@
 //! chunk's weights stay in L1/L2 while activations stream from L2.
 //!
 //! Prefill panels ([`matmul_multi_panels`]): the caller names the token rows that may run on
-//! them, and each 16-row chunk is unpacked once and run against those rows, the other rows
-//! going through the row kernels as before. A panel sums in another order than the row kernels,
-//! so which kernel a token meets must not depend on what else shares its batch: the forward
-//! pass passes only whole aligned position blocks of a sequence (`model::Batch::panel_runs`),
-//! and the rows of a block take the panel in every batch that holds the block whole.
+//! them (the forward pass: the whole micro-batch), and each 16-row chunk is unpacked once and run
+//! against every run of at least [`panel_min_tokens`] rows, the other rows going through the row
+//! kernels. On AVX-512 the panels give every (row, token) the row kernels' exact bits
+//! (`avx512/panel.rs`), so a token's result does not depend on its kernel, its batch or its
+//! chunk: the panels are on by default (`SNUG_PANELS=0` turns them off, `SNUG_KERNELS=avx2`
+//! leaves the AVX-512 path). Their cost is the unpack, ~2 µs per 16 × 1,536 weights per call,
+//! which smaller batches do not earn back ([`PANEL_MIN_TOKENS`]).
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -109,13 +111,13 @@ pub fn matmul_multi_with(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, &[])
+    matmul_multi_on(isa, pool, ws, x, m, ys, scratch, &[], usize::MAX)
 }
 
 /// [`matmul_multi`] where the activation rows in `panels` (sorted, disjoint, inside `0..m`) may
 /// run on the prefill panels, if the path has them for the weight type, the run is at least
-/// [`PANEL_MIN_TOKENS`] rows and `SNUG_PANELS=1` ([`panels_enabled`]). A row's result
-/// then depends on whether it is in `panels`, and on nothing else in the batch.
+/// [`panel_min_tokens`] rows and the panels are on ([`panels_enabled`]). The panels give the
+/// row kernels' bits, so this is [`matmul_multi`] made faster, with the same results.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_multi_panels(
     pool: &ThreadPool,
@@ -127,12 +129,11 @@ pub fn matmul_multi_panels(
     panels: &[Range<usize>],
 ) -> Result<(), KernelError> {
     let panels = if panels_enabled() { panels } else { &[] };
-    matmul_multi_on(isa(), pool, ws, x, m, ys, scratch, panels)
+    matmul_multi_on(isa(), pool, ws, x, m, ys, scratch, panels, panel_min_tokens())
 }
 
-/// [`matmul_with`] with every activation row on the prefill panels where the path has them
-/// (whatever `SNUG_PANELS` says) and `m` is at least [`PANEL_MIN_TOKENS`] (tests and
-/// benchmarks).
+/// [`matmul_with`] with every activation row on the prefill panels where the path has them,
+/// whatever `SNUG_PANELS` says and however small `m` is (tests and benchmarks).
 pub fn matmul_panels_with(
     isa: Isa,
     pool: &ThreadPool,
@@ -142,18 +143,28 @@ pub fn matmul_panels_with(
     y: &mut [f32],
     scratch: &mut Vec<u8>,
 ) -> Result<(), KernelError> {
-    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&(0..m)))
+    let all = 0..m;
+    matmul_multi_on(isa, pool, &[w], x, m, &mut [y], scratch, std::slice::from_ref(&all), 1)
 }
 
-/// Whether [`matmul_multi_panels`] takes the prefill panels: only with `SNUG_PANELS=1`. The
-/// rule that keeps results independent of the batch (whole position blocks) makes the server
-/// prefill in whole blocks, and under concurrent decoding that is a block where the chunk
-/// sizer asks for a few tokens, which lengthens every stream's inter-token gaps (BENCHMARKS.md,
-/// issue 30). They become the default once a token's kernel is a property of the token (a
-/// whole block of its prompt), whatever chunk carries it.
+/// Whether [`matmul_multi_panels`] takes the prefill panels: yes unless `SNUG_PANELS=0` (they
+/// change the speed only, never a bit of the results).
 pub fn panels_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SNUG_PANELS").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| std::env::var("SNUG_PANELS").map_or(true, |v| v.trim() != "0"))
+}
+
+/// Fewest tokens in a run for [`matmul_multi_panels`] to take the panels: [`PANEL_MIN_TOKENS`],
+/// or `SNUG_PANEL_MIN_TOKENS` (for measuring where the panels start to pay on a machine).
+pub fn panel_min_tokens() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("SNUG_PANEL_MIN_TOKENS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(PANEL_MIN_TOKENS)
+            .max(1)
+    })
 }
 
 /// Whether [`matmul_multi_panels`] runs matrices of type `ty` on the prefill panels on this
@@ -172,6 +183,7 @@ fn matmul_multi_on(
     ys: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
     panels: &[Range<usize>],
+    min_tokens: usize,
 ) -> Result<(), KernelError> {
     check_isa(isa)?;
     if ws.is_empty() || ws.len() > MAX_MULTI {
@@ -197,7 +209,7 @@ fn matmul_multi_on(
         }
         end = r.end;
     }
-    let panels_pay = panels.iter().any(|r| r.len() >= PANEL_MIN_TOKENS);
+    let panels_pay = panels.iter().any(|r| r.len() >= min_tokens.max(1));
     let nth = pool.n_threads();
 
     let mut parts: [Option<Part>; MAX_MULTI] = [None; MAX_MULTI];
@@ -212,14 +224,14 @@ fn matmul_multi_on(
         let w_row = row_bytes(ty, cols)?;
         check_len("weight data (bytes)", rows.saturating_mul(w_row), data.len())?;
         check_len("y", m.saturating_mul(rows), y.len())?;
-        let (chunk_rows, min_rows) = if m < TILE {
+        let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
+        let (chunk_rows, min_rows) = if m < TILE && panel.is_none() {
             let most = (rows / (nth * 8)).clamp(8, 256);
             (most, MIN_CLAIM_BYTES.div_ceil(w_row).min(most))
         } else {
-            (16, 16)
+            (PANEL_ROWS, PANEL_ROWS)
         };
         let out = SharedMut(y.as_mut_ptr());
-        let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
         parts[i] = Some(Part {
             k,
             panel,
@@ -261,7 +273,7 @@ fn matmul_multi_on(
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols, panels);
+                    run_chunk(p, r0, r0 + take, acts, x_row, m, cols, panels, min_tokens);
                     cur = cursor.load(Ordering::Relaxed);
                 }
                 Err(now) => cur = now,
@@ -335,6 +347,7 @@ fn run_chunk(
     m: usize,
     cols: usize,
     panels: &[Range<usize>],
+    min_tokens: usize,
 ) {
     let Some(pk) = p.panel.filter(|_| r1 - r0 == PANEL_ROWS) else {
         rows(p, r0, r1, acts, x_row, 0..m, cols);
@@ -347,7 +360,7 @@ fn run_chunk(
         // and `panel` is the size the kernels asked for.
         unsafe { (pk.unpack)(cols, w, p.w_row, panel) };
         let mut t = 0;
-        for r in panels.iter().filter(|r| r.len() >= PANEL_MIN_TOKENS) {
+        for r in panels.iter().filter(|r| !r.is_empty() && r.len() >= min_tokens) {
             rows(p, r0, r1, acts, x_row, t..r.start, cols);
             // SAFETY: as above; `acts` holds rows r.start..r.end (r.end <= m, checked by
             // matmul) at `x_row`, and outputs t * rows + r0.. (16 of them) for those rows lie in

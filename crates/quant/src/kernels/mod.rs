@@ -47,7 +47,7 @@ mod scalar;
 
 pub use matmul::{
     has_panels, matmul, matmul_multi, matmul_multi_panels, matmul_multi_with, matmul_panels_with,
-    matmul_with, panels_enabled, MAX_MULTI,
+    matmul_with, panel_min_tokens, panels_enabled, MAX_MULTI,
 };
 
 /// Tokens per prefill tile: each weight block is unpacked once per `TILE` activation rows.
@@ -385,7 +385,8 @@ pub(crate) struct DotKernels {
 }
 
 /// Prefill kernels that unpack [`PANEL_ROWS`] weight rows once into a panel and run every token
-/// of the batch against it (`avx512/panel.rs` says the design; AVX-512 VNNI only).
+/// of the batch against it, with the row kernels' exact bits (`avx512/panel.rs` says the design;
+/// AVX-512 VNNI only).
 #[derive(Clone, Copy)]
 pub(crate) struct PanelKernels {
     /// `unpack(cols, w, w_row, panel)`: the [`PANEL_ROWS`] rows of `w` into `panel`.
@@ -418,7 +419,9 @@ pub(crate) type PanelRunFn = unsafe fn(
 /// Weight rows in one panel ([`PanelKernels`]).
 pub(crate) const PANEL_ROWS: usize = 16;
 
-/// Fewest tokens for which a panel pays for its unpack (below, the row kernels run).
+/// Fewest tokens for which a panel pays for its unpack (below, the row kernels run; the results
+/// are the same bits either way). `SNUG_PANEL_MIN_TOKENS` overrides it
+/// ([`panel_min_tokens`]).
 pub const PANEL_MIN_TOKENS: usize = 32;
 
 /// Panel kernels for `ty` on `isa`, where the path has them.

@@ -55,14 +55,20 @@ const fn halves(a: u8, b: u8) -> [u8; 32] {
 }
 
 /// A weight format with a 512-bit kernel: its 256-value block size in bytes and the work of one
-/// block for `C` activation rows (Q8_K blocks at `y0 + c·xs`), added into `acc`.
+/// block for `C` activation rows (Q8_K blocks at `y0 + c·xs`), added into lane `c` of `acc`.
 pub(crate) trait Block512 {
     const BYTES: usize;
-    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]);
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `b` is one block of this format, `y0 + c·xs` one Q8_K block for
+    /// every `c < C`, and `C <= 8`.
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut __m256);
 }
 
 /// The dot of one weight row of `n` values of `K` with `C` Q8_K activation rows at a stride of
-/// `xs` bytes: every kernel of this file is this loop around its `block`.
+/// `xs` bytes: every kernel of this file is this loop around its `block`. Lane `c` of the f32
+/// accumulator is token `c`, which takes one exact integer sum per block (the vector's lanes
+/// folded together) and the block's float step (`k4_step`, `d_step`), block after block, as
+/// the panels do (`panel.rs`): the same bits.
 #[inline(always)]
 pub(crate) unsafe fn dot<K: Block512, const C: usize>(
     n: usize,
@@ -70,23 +76,154 @@ pub(crate) unsafe fn dot<K: Block512, const C: usize>(
     x: &[u8],
     xs: usize,
 ) -> [f32; C] {
-    let mut acc = [_mm512_setzero_ps(); C];
+    const { assert!(C <= 8) };
+    let mut acc = _mm256_setzero_ps();
     let blocks = w.chunks_exact(K::BYTES).zip(x.chunks_exact(292));
     for (b, y0) in blocks.take(n / 256) {
         prefetch_block::<C>(b.as_ptr(), K::BYTES);
-        K::block(b.as_ptr(), y0.as_ptr(), xs, &mut acc);
+        K::block::<C>(b.as_ptr(), y0.as_ptr(), xs, &mut acc);
     }
-    let mut out = [0f32; C];
-    for (o, a) in out.iter_mut().zip(&acc) {
-        *o = _mm512_reduce_add_ps(*a);
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    std::array::from_fn(|c| lanes[c])
+}
+
+// --- Per-block reductions and float steps -------------------------------------------------------
+
+/// The 16 i32 lanes of `z` summed in pairs into 8 (exact: the block sums fit an i32).
+#[inline(always)]
+unsafe fn fold512(z: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64::<1>(z))
+}
+
+/// Lanes 0..4 of the result: lanes 0..4 of `v` plus lanes 4..8; the rest zero.
+#[inline(always)]
+unsafe fn fold256(v: __m256i) -> __m256i {
+    _mm256_zextsi128_si256(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256::<1>(v),
+    ))
+}
+
+/// Lane `c < N` of the result is the sum of the eight lanes of `v[c]` (N = 1, 2, 4 or 8); a
+/// transposing tree of `vphaddd`, about three instructions per vector.
+#[inline(always)]
+unsafe fn hsum_lanes<const N: usize>(v: &[__m256i; N]) -> __m256i {
+    match N {
+        1 => {
+            let x = _mm256_hadd_epi32(v[0], v[0]);
+            fold256(_mm256_hadd_epi32(x, x))
+        }
+        2 => {
+            let x = _mm256_hadd_epi32(v[0], v[1 % N]);
+            fold256(_mm256_hadd_epi32(x, x))
+        }
+        4 => fold256(_mm256_hadd_epi32(
+            _mm256_hadd_epi32(v[0], v[1 % N]),
+            _mm256_hadd_epi32(v[2 % N], v[3 % N]),
+        )),
+        _ => {
+            // Halves: lanes 0..4 hold tokens 0..4 (resp. 4..8) over lanes 0..4 of each vector,
+            // lanes 4..8 the same over lanes 4..8.
+            let q0 = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(v[0], v[1 % N]),
+                _mm256_hadd_epi32(v[2 % N], v[3 % N]),
+            );
+            let q1 = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(v[4 % N], v[5 % N]),
+                _mm256_hadd_epi32(v[6 % N], v[7 % N]),
+            );
+            _mm256_add_epi32(
+                _mm256_permute2x128_si256::<0x20>(q0, q1),
+                _mm256_permute2x128_si256::<0x31>(q0, q1),
+            )
+        }
     }
-    out
+}
+
+/// The block sums `S` (lanes of `s[c]`) and `M` (lanes of `m[c]`) of `C` tokens as floats,
+/// lane `c` token `c`. One tree for both when C <= 2 (decode).
+#[inline(always)]
+unsafe fn hsum_pairs<const C: usize>(s: &[__m256i; C], m: &[__m256i; C]) -> (__m256, __m256) {
+    match C {
+        1 => {
+            let x = _mm256_hadd_epi32(s[0], m[0]);
+            // [S, M, S, M]
+            let f = _mm256_cvtepi32_ps(fold256(_mm256_hadd_epi32(x, x)));
+            (f, _mm256_movehdup_ps(f))
+        }
+        2 => {
+            let x = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(s[0], s[1 % C]),
+                _mm256_hadd_epi32(m[0], m[1 % C]),
+            );
+            // [S0, S1, M0, M1]
+            let f = _mm256_cvtepi32_ps(fold256(x));
+            (
+                f,
+                _mm256_castps128_ps256(_mm_movehl_ps(
+                    _mm256_castps256_ps128(f),
+                    _mm256_castps256_ps128(f),
+                )),
+            )
+        }
+        _ => (_mm256_cvtepi32_ps(hsum_lanes(s)), _mm256_cvtepi32_ps(hsum_lanes(m))),
+    }
+}
+
+/// The f32 at `p`.
+#[inline(always)]
+unsafe fn f32_at(p: *const u8) -> f32 {
+    p.cast::<f32>().read_unaligned()
+}
+
+/// Each token's Q8_K scale: lane `c` = the f32 at `y0 + c·xs`; lanes from `C` on are zero (or,
+/// for 8, gathered).
+#[inline(always)]
+unsafe fn yd_lanes<const C: usize>(y0: *const u8, xs: usize) -> __m256 {
+    let y = |c: usize| y0.wrapping_add(c * xs);
+    match C {
+        1 => _mm256_zextps128_ps256(_mm_set_ss(f32_at(y0))),
+        2 => _mm256_zextps128_ps256(_mm_setr_ps(f32_at(y0), f32_at(y(1)), 0.0, 0.0)),
+        4 => _mm256_zextps128_ps256(_mm_setr_ps(
+            f32_at(y0),
+            f32_at(y(1)),
+            f32_at(y(2)),
+            f32_at(y(3)),
+        )),
+        _ => {
+            let idx = _mm256_mullo_epi32(
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                _mm256_set1_epi32(xs as i32),
+            );
+            _mm256_i32gather_ps::<1>(y0.cast(), idx)
+        }
+    }
+}
+
+/// The float step of a Q4_K/Q5_K block, here and in the panels: `acc += yd · (d·S − dmin·M)`
+/// as `t = dmin·M; v = fmsub(d, S, t); acc = fma(yd, v, acc)`.
+#[inline(always)]
+unsafe fn k4_step(acc: &mut __m256, s: __m256, m: __m256, d: f32, dmin: f32, yd: __m256) {
+    let t = _mm256_mul_ps(_mm256_set1_ps(dmin), m);
+    let v = _mm256_fmsub_ps(_mm256_set1_ps(d), s, t);
+    *acc = _mm256_fmadd_ps(yd, v, *acc);
+}
+
+/// The float step of a Q6_K/IQ4_XS block (offset folded into `S`), here and in the panels:
+/// `v = d·S; acc = fma(yd, v, acc)`.
+#[inline(always)]
+unsafe fn d_step(acc: &mut __m256, s: __m256i, d: f32, yd: __m256) {
+    let v = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s));
+    *acc = _mm256_fmadd_ps(yd, v, *acc);
 }
 
 // --- Q4_K / Q5_K --------------------------------------------------------------------------------
 
 /// A Q4_K or Q5_K block read 64 values at a time.
 pub(crate) trait K4Z {
+    /// Most values whose `u·q8` sum fits an i16 (the panels weigh such sums by `vpdpwssd`).
+    const SUB: usize;
     /// Values 64j..64j+64 of the block at `b` as unsigned bytes.
     unsafe fn quad(b: *const u8, j: usize) -> __m512i;
 }
@@ -102,6 +239,7 @@ unsafe fn nibbles_64(p: *const u8) -> __m512i {
 }
 
 impl K4Z for Q4KZ {
+    const SUB: usize = 16;
     #[inline(always)]
     unsafe fn quad(b: *const u8, j: usize) -> __m512i {
         nibbles_64(b.add(16 + 32 * j))
@@ -124,6 +262,7 @@ static Q5K_BITS: [Z; 4] = {
 };
 
 impl K4Z for Q5KZ {
+    const SUB: usize = 8;
     #[inline(always)]
     unsafe fn quad(b: *const u8, j: usize) -> __m512i {
         let q = nibbles_64(b.add(48 + 32 * j));
@@ -171,14 +310,14 @@ unsafe fn dpbusd_pair_rows<const C: usize>(
     }
 }
 
-/// Q4_K/Q5_K against Q8_K: `d·Σ scale·u·q8 − dmin·Σ min·bsum`, the scales splatted per 32
-/// values, the mins against the Q8_K block sums.
+/// Q4_K/Q5_K against Q8_K: `d·S − dmin·M` with `S = Σ scale·u·q8` (scales splatted per 32
+/// values) and `M = Σ min·bsum` against the Q8_K block sums, both exact i32.
 #[inline(always)]
 unsafe fn k4_block<W: K4Z, const C: usize>(
     b: *const u8,
     y0: *const u8,
     xs: usize,
-    acc: &mut [__m512; C],
+    acc: &mut __m256,
 ) {
     let (d, dmin) = f16x2_at(b);
     let sm = k4_scales_mins(b.add(4));
@@ -189,22 +328,21 @@ unsafe fn k4_block<W: K4Z, const C: usize>(
         let scale = _mm512_permutexvar_epi16(zload(&K4_PAIR[p]), sc16);
         dpbusd_pair_rows(&mut sumi, u, scale, y0, xs, 4 + 128 * p);
     }
-    // Min term Σ_k bsums[k] · min[k/2] (8 lanes) and the block's two float scales.
+    // Min term Σ_k bsums[k] · min[k/2] (8 lanes of i32).
     let mins16 = shuffle_mem(sm, &K4_MINS16);
-    let (dv, mv) = (_mm512_set1_ps(d), _mm256_set1_ps(dmin));
+    let (mut s, mut m) = ([_mm256_setzero_si256(); C], [_mm256_setzero_si256(); C]);
     for c in 0..C {
-        let y = y0.add(c * xs);
-        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, load(y.add(260))));
-        let m = _mm512_zextps256_ps512(_mm256_mul_ps(mv, m));
-        let t = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(sumi[c]), m);
-        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(y.cast::<f32>().read_unaligned()), t, acc[c]);
+        s[c] = fold512(sumi[c]);
+        m[c] = _mm256_madd_epi16(mins16, load(y0.add(c * xs + 260)));
     }
+    let (s, m) = hsum_pairs(&s, &m);
+    k4_step(acc, s, m, d, dmin, yd_lanes::<C>(y0, xs));
 }
 
 impl Block512 for Q4KZ {
     const BYTES: usize = 144;
     #[inline(always)]
-    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut __m256) {
         k4_block::<Self, C>(b, y0, xs, acc)
     }
 }
@@ -212,7 +350,7 @@ impl Block512 for Q4KZ {
 impl Block512 for Q5KZ {
     const BYTES: usize = 176;
     #[inline(always)]
-    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut __m256) {
         k4_block::<Self, C>(b, y0, xs, acc)
     }
 }
@@ -248,7 +386,7 @@ pub(crate) unsafe fn q6k_quads(b: *const u8, h: usize) -> (__m512i, __m512i) {
 impl Block512 for Q6KZ {
     const BYTES: usize = 210;
     #[inline(always)]
-    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut __m256) {
         let d = f16_end_at(b.add(208));
         let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
         let scz = _mm512_castsi256_si512(sc);
@@ -266,12 +404,12 @@ impl Block512 for Q6KZ {
             let scale = _mm512_permutexvar_epi16(zload(&Q6K_PAIR[h]), scz);
             dpbusd_pair_rows(&mut sumi, q6k_quads(b, h), scale, y0, xs, 4 + 128 * h);
         }
-        let dv = _mm512_set1_ps(d);
+        let mut s8 = [_mm256_setzero_si256(); C];
         for c in 0..C {
-            let yd = y0.add(c * xs).cast::<f32>().read_unaligned();
-            let t = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(sumi[c]));
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(yd), t, acc[c]);
+            s8[c] = fold512(sumi[c]);
         }
+        let s = hsum_lanes(&s8);
+        d_step(acc, s, d, yd_lanes::<C>(y0, xs));
     }
 }
 
@@ -327,7 +465,7 @@ pub(crate) unsafe fn iq4_xs_quad(b: *const u8, p: usize, lut: __m512i) -> __m512
 impl Block512 for Iq4XsZ {
     const BYTES: usize = 136;
     #[inline(always)]
-    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut [__m512; C]) {
+    unsafe fn block<const C: usize>(b: *const u8, y0: *const u8, xs: usize, acc: &mut __m256) {
         let lut = iq4_lut();
         let d = f16_at(b);
         let sc = _mm512_castsi128_si512(iq4_xs_scales(b));
@@ -343,10 +481,11 @@ impl Block512 for Iq4XsZ {
                 sumi[c] = _mm512_dpwssd_epi32(sumi[c], pr, scale);
             }
         }
+        let mut s8 = [_mm256_setzero_si256(); C];
         for c in 0..C {
-            let yd = y0.add(c * xs).cast::<f32>().read_unaligned();
-            let t = _mm512_cvtepi32_ps(sumi[c]);
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d * yd), t, acc[c]);
+            s8[c] = fold512(sumi[c]);
         }
+        let s = hsum_lanes(&s8);
+        d_step(acc, s, d, yd_lanes::<C>(y0, xs));
     }
 }

@@ -14,8 +14,11 @@
 //! integer sum through the Q8_K block sums (one more `vpdpwssd`); Q4_K/Q5_K's float mins are one
 //! 256-bit `vpmaddwd` a token. IQ4_XS (a signed codebook) negates each token's activations where
 //! the weight is negative and uses `vpmaddubsw` + `vpdpwssd` per 64 values. With 32 registers an
-//! 8-token tile keeps its 8 integer and 8 float accumulators in registers. Integer results are
-//! identical to the scalar twins; only the f32 accumulation order differs.
+//! 8-token tile keeps its 8 integer accumulators in registers. Each block's i32 vector is folded
+//! into one exact integer per token (a `vphaddd` tree across the tokens, ~3 instructions per
+//! token and block) and the block's float step runs with one token per lane: the same integers
+//! and the same float steps, in the same order, as the prefill panels (`panel.rs`), so both give
+//! the same bits. Against the scalar twins only the f32 accumulation order differs.
 //!
 //! # Safety
 //! Same contract as the AVX2 kernels (see `avx2/mod.rs`), with AVX-512 F/BW/VL/VNNI on top.

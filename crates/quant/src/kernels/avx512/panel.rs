@@ -1,28 +1,42 @@
 //! Prefill on AVX-512 VNNI: 16 weight rows unpacked once into a panel, then every token of the
-//! batch broadcast against it.
+//! batch broadcast against it. Its outputs are bit-identical to the row kernels' (`kquants.rs`),
+//! so which kernel a token meets is a matter of speed only.
 //!
-//! The row kernels (`kquants.rs`) unpack a weight block for each group of at most 8 tokens and
-//! spend about as many instructions applying scales, packing and taking the mins as on the
-//! products themselves. Here a chunk of [`PANEL_ROWS`] rows is unpacked once per matmul into
-//! unsigned bytes laid out `[k / 4][row][k % 4]`, so one zmm holds four consecutive values of
-//! each of the 16 rows. A token's four activation bytes at `k` are one broadcast (an embedded
-//! `{1to16}` memory operand) and one `vpdpbusd` adds 64 products into the 16 rows' sums: the
-//! token's outputs end up as one zmm of 16 rows, stored with one write. Per 256-value block and
-//! token that is 64 `vpdpbusd`, one `cvt` and one float multiply-add per scale group (8 or 16),
-//! 8 `vpdpwssd` for the offset or min term against the Q8_K block sums, and 2 multiply-adds: close
-//! to one instruction per 64 products, against ~2.5 in the row kernels. Eight tokens run at once
-//! (8 × 3 accumulators of the 32 registers), each weight zmm loaded once for the eight.
+//! The row kernels unpack a weight block for each group of at most 8 tokens and spend about as
+//! many instructions applying scales, packing and taking the mins as on the products themselves.
+//! Here a chunk of [`PANEL_ROWS`] rows is unpacked once per matmul into unsigned bytes laid out
+//! `[k / 4][row][k % 4]`, so one zmm holds four consecutive values of each of the 16 rows. A
+//! token's four activation bytes at `k` are one broadcast (an embedded `{1to16}` memory operand)
+//! and one `vpdpbusd` adds 64 products into the 16 rows' sums: the token's outputs end up as one
+//! zmm of 16 rows, stored with one write. Eight tokens run at once (8 × 3 accumulators of the 32
+//! registers), each weight zmm loaded once for the eight.
 //!
-//! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one f32 zmm per scale
-//! group holding `d · scale` per row; 8 zmm of i16 pairs per row that weigh the 16 block sums
-//! (Q4_K/Q5_K: the mins; Q6_K: 32·scale, its offset; IQ4_XS: 128·scale, the offset that makes its
-//! signed codebook unsigned); one f32 zmm per row multiplying that term (`dmin` or `d`). The
-//! unpack costs ~2 µs per 16 × 1,536 values, paid once per chunk and matmul; at 32 tokens it is a
-//! few per cent of the products, so `PANEL_MIN_TOKENS` keeps smaller batches on the row kernels.
+//! Same bits as the row kernels: per 256-value block and (row, token) both compute the exact
+//! i32 `S = Σ_groups scale · Σ u·q8` (the offset of Q6_K and IQ4_XS folded in through the Q8_K
+//! block sums) and, for Q4_K/Q5_K, `M = Σ min · bsum`; integer sums do not depend on their order.
+//! Then one float step per block, in block order, from 0: Q4_K/Q5_K
+//! `acc = fma(yd, fmsub(d, S, dmin·M), acc)`, Q6_K/IQ4_XS `acc = fma(yd, d·S, acc)` (`k4_step`,
+//! `d_step` in `kquants.rs`). The row kernels fold their i32 vector into `S` each block (a
+//! `vphaddd` tree across the tokens, ~3 instructions per token); here one lane is one row and
+//! the group sums are weighed by their integer scales: a `vpdpwssd` by `(scale, 0)` per sum of 16
+//! (Q4_K) or 8 (Q5_K) values, whose magnitude fits an i16, or a `vpmulld` per group (Q6_K's 16
+//! values, IQ4_XS's 32, whose sums do not). Ranges: `|S| < 2^28` and `|M| < 2^22` for every
+//! format, with `|q8| <= 128`.
 //!
-//! Results: the integer sums per scale group are exact, as in the scalar twins; the float sums
-//! run in a different order (per group, then per block), so outputs differ from the row kernels
-//! in the last bits.
+//! Cost per 256-value block and token: 64 `vpdpbusd`; 16 `vpdpwssd` (Q4_K), 32 (Q5_K), or 16
+//! (IQ4_XS: 8 groups) or 32 (Q6_K: 16 groups) `vpmulld` µops and 8 or 16 adds; 8 `vpdpwssd` for
+//! the min or offset term against the Q8_K block sums; 2 `cvt` and 2 or 3 float ops. That is
+//! close to one instruction per 64 products, against ~2.5 in the row kernels; next to the old
+//! float-per-group panel (one `cvt` and one FMA per group), Q4_K costs the same, Q5_K, Q6_K
+//! and IQ4_XS a few per cent more.
+//!
+//! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one i32 zmm per scale
+//! group holding each row's scale; 8 zmm of i16 pairs per row that weigh the 16 block sums
+//! (Q4_K/Q5_K: the mins; Q6_K: −32·scale, its offset; IQ4_XS: −128·scale, the offset that made
+//! its signed codebook unsigned); one f32 zmm of `d` and one of `dmin` per row. The unpack costs
+//! ~2 µs per 16 × 1,536 values, paid once per chunk and matmul, so
+//! [`PANEL_MIN_TOKENS`](super::super::PANEL_MIN_TOKENS) keeps the smallest batches on the row
+//! kernels.
 //!
 //! # Safety
 //! Every function here needs AVX-512 F/BW/VL/VNNI; the callers check the ISA.
@@ -44,55 +58,70 @@ const _: () = assert!(PANEL_ROWS == 16);
 const VALUES: usize = 0;
 const SCALES: usize = 64 * 64;
 const PAIRS: usize = SCALES + 16 * 64;
-const TERM: usize = PAIRS + 8 * 64;
+const D: usize = PAIRS + 8 * 64;
+const DMIN: usize = D + 64;
 
 /// Bytes of one panel block (16 rows × 256 values and their scales).
-pub(crate) const BLOCK_BYTES: usize = TERM + 64;
+pub(crate) const BLOCK_BYTES: usize = DMIN + 64;
 
 /// Tokens run together by the microkernel.
 const NT: usize = 8;
 
-/// A weight format the panel takes (its block size is [`Block512::BYTES`]): its scale group,
-/// and how one block of one row unpacks.
+/// A weight format the panel takes (its block size is [`Block512::BYTES`]): its scale groups,
+/// how their integer sums are weighed, and how one block of one row unpacks.
 pub(crate) trait PanelFormat: Block512 {
     /// Values per scale (16 or 32).
     const GROUP: usize;
+    /// Values per `vpdpwssd`-weighed sum, whose magnitude fits an i16 (`SUB < GROUP`), or
+    /// `GROUP`: the group's i32 sum is weighed with `vpmulld`.
+    const SUB: usize;
+    /// Whether the block sums' term has its own factor (`dmin`: Q4_K/Q5_K's mins) or is an
+    /// offset folded into `S` (Q6_K, IQ4_XS).
+    const MIN: bool;
     /// The block's 256 values as unsigned bytes, in order, at `out`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `b` is one block, `out` 256 writable bytes.
     unsafe fn values(b: *const u8, out: *mut u8);
-    /// `d · scale` per group, the i16 pair weighing block sums `2p` and `2p + 1` (p < 8), and
-    /// the factor of that term.
-    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32);
+    /// The integer scale per group, the i16 pair weighing block sums `2p` and `2p + 1` (p < 8),
+    /// `d`, and `dmin` (0 without a min term).
+    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32);
 }
 
-/// Q4_K and Q5_K: the four 64-value quads of a [`K4Z`] block; scales by [`k4_scales`].
+/// Q4_K and Q5_K: the four 64-value quads of a [`K4Z`] block; scales by [`k4_scales`]. A
+/// 16-value Q4_K sum is at most 16·15·128 = 30,720 and an 8-value Q5_K sum 8·31·128 = 31,744
+/// in magnitude: both fit an i16.
 impl<W: K4Z + Block512> PanelFormat for W {
     const GROUP: usize = 32;
+    const SUB: usize = W::SUB;
+    const MIN: bool = true;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
         for j in 0..4 {
             _mm512_storeu_si512(out.add(64 * j).cast(), W::quad(b, j));
         }
     }
-    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
+    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
         k4_scales(b)
     }
 }
 
-/// Q4_K/Q5_K: `d · scale` per 32 values, the min weighing both block sums of its 32, `dmin`.
-fn k4_scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+/// Q4_K/Q5_K: the scale per 32 values, the min weighing both block sums of its 32, `d`, `dmin`.
+fn k4_scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
     let (sc, mn) = scales_mins_k4(&b[4..16]);
-    let mut ds = [0f32; 16];
-    for (o, s) in ds.iter_mut().zip(sc) {
-        *o = d * s as f32;
+    let mut s = [0i32; 16];
+    for (o, v) in s.iter_mut().zip(sc) {
+        *o = v as i32;
     }
-    (ds, mn.map(|m| [m as i16; 2]), dmin)
+    (s, mn.map(|m| [m as i16; 2]), f16_at(b, 0), f16_at(b, 2))
 }
 
-/// Q6_K: unsigned values (stored + 32), `d · scale` per 16, the offset −32 · scale per block
-/// sum (taken away as `d · Σ 32·scale·bsum`).
+/// Q6_K: unsigned values (stored + 32), the signed scale per 16, the offset −32 · scale per
+/// block sum folded into `S`.
 impl PanelFormat for Q6KZ {
     const GROUP: usize = 16;
+    const SUB: usize = 16;
+    const MIN: bool = false;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
         for h in 0..2 {
@@ -101,16 +130,19 @@ impl PanelFormat for Q6KZ {
             _mm512_storeu_si512(out.add(128 * h + 64).cast(), u1);
         }
     }
-    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
-        let d = f16_at(b, 208);
+    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
         let sc: [i16; 16] = std::array::from_fn(|j| b[192 + j] as i8 as i16);
-        (sc.map(|s| d * s as f32), std::array::from_fn(|p| [32 * sc[2 * p], 32 * sc[2 * p + 1]]), d)
+        let pairs = std::array::from_fn(|p| [-32 * sc[2 * p], -32 * sc[2 * p + 1]]);
+        (sc.map(i32::from), pairs, f16_at(b, 208), 0.0)
     }
 }
 
-/// IQ4_XS: codebook entries + 128 (unsigned), `d · scale` per 32, the offset 128 · scale.
+/// IQ4_XS: codebook entries + 128 (unsigned), the signed scale per 32, the offset −128 · scale
+/// folded into `S`.
 impl PanelFormat for Iq4XsZ {
     const GROUP: usize = 32;
+    const SUB: usize = 32;
+    const MIN: bool = false;
     #[inline(always)]
     unsafe fn values(b: *const u8, out: *mut u8) {
         let (lut, bias) = (iq4_lut(), _mm512_set1_epi8(-128));
@@ -119,14 +151,11 @@ impl PanelFormat for Iq4XsZ {
             _mm512_storeu_si512(out.add(64 * p).cast(), q);
         }
     }
-    fn scales(b: &[u8]) -> ([f32; 16], [[i16; 2]; 8], f32) {
-        let d = f16_at(b, 0);
+    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
         let sc: [i32; 8] = std::array::from_fn(|ib| scale_iq4_xs(b, ib));
-        let mut ds = [0f32; 16];
-        for (o, s) in ds.iter_mut().zip(sc) {
-            *o = d * s as f32;
-        }
-        (ds, sc.map(|s| [128 * s as i16; 2]), d)
+        let mut s = [0i32; 16];
+        s[..8].copy_from_slice(&sc);
+        (s, sc.map(|s| [-128 * s as i16; 2]), f16_at(b, 0), 0.0)
     }
 }
 
@@ -150,18 +179,19 @@ pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize,
         0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960,
     );
     for (i, pb) in panel.chunks_exact_mut(BLOCK_BYTES).take(cols / 256).enumerate() {
-        let (mut ds, mut pairs, mut term) = ([[0f32; 16]; 16], [[[0i16; 2]; 16]; 8], [0f32; 16]);
+        let (mut sc, mut pairs) = ([[0i32; 16]; 16], [[[0i16; 2]; 16]; 8]);
+        let (mut d, mut dmin) = ([0f32; 16], [0f32; 16]);
         for r in 0..PANEL_ROWS {
             let b = &w[r * w_row + i * <F as Block512>::BYTES..][..<F as Block512>::BYTES];
             F::values(b.as_ptr(), rows.0[r].as_mut_ptr());
-            let (s, p, t) = F::scales(b);
+            let (s, p, dr, mr) = F::scales(b);
             for g in 0..256 / F::GROUP {
-                ds[g][r] = s[g];
+                sc[g][r] = s[g];
             }
             for q in 0..8 {
                 pairs[q][r] = p[q];
             }
-            term[r] = t;
+            (d[r], dmin[r]) = (dr, mr);
         }
         let dst = pb.as_mut_ptr();
         let src = rows.0.as_ptr().cast::<u8>();
@@ -169,9 +199,10 @@ pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize,
             let col = _mm512_i32gather_epi32::<4>(idx, src.add(4 * kg).cast());
             _mm512_storeu_si512(dst.add(VALUES + 64 * kg).cast(), col);
         }
-        std::ptr::copy_nonoverlapping(ds.as_ptr().cast::<u8>(), dst.add(SCALES), 16 * 64);
+        std::ptr::copy_nonoverlapping(sc.as_ptr().cast::<u8>(), dst.add(SCALES), 16 * 64);
         std::ptr::copy_nonoverlapping(pairs.as_ptr().cast::<u8>(), dst.add(PAIRS), 8 * 64);
-        std::ptr::copy_nonoverlapping(term.as_ptr().cast::<u8>(), dst.add(TERM), 64);
+        std::ptr::copy_nonoverlapping(d.as_ptr().cast::<u8>(), dst.add(D), 64);
+        std::ptr::copy_nonoverlapping(dmin.as_ptr().cast::<u8>(), dst.add(DMIN), 64);
     }
 }
 
@@ -182,7 +213,7 @@ pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize,
 /// AVX-512 F/BW/VL/VNNI; `panel` was unpacked for `cols` columns; `x` holds `m` rows of
 /// `cols` Q8_K values at `x_row` bytes; `out` is valid for 16 writes at each `t * out_stride`.
 #[inline(always)]
-pub(crate) unsafe fn run<const GROUP: usize>(
+pub(crate) unsafe fn run<F: PanelFormat>(
     cols: usize,
     panel: &[u8],
     x: &[u8],
@@ -194,17 +225,17 @@ pub(crate) unsafe fn run<const GROUP: usize>(
     let mut t = 0;
     while t < m {
         t += match m - t {
-            left if left >= NT => tokens::<GROUP, NT>(cols, panel, x, x_row, t, out, out_stride),
-            left if left >= 4 => tokens::<GROUP, 4>(cols, panel, x, x_row, t, out, out_stride),
-            left if left >= 2 => tokens::<GROUP, 2>(cols, panel, x, x_row, t, out, out_stride),
-            _ => tokens::<GROUP, 1>(cols, panel, x, x_row, t, out, out_stride),
+            left if left >= NT => tokens::<F, NT>(cols, panel, x, x_row, t, out, out_stride),
+            left if left >= 4 => tokens::<F, 4>(cols, panel, x, x_row, t, out, out_stride),
+            left if left >= 2 => tokens::<F, 2>(cols, panel, x, x_row, t, out, out_stride),
+            _ => tokens::<F, 1>(cols, panel, x, x_row, t, out, out_stride),
         };
     }
 }
 
 /// Tokens `t0..t0 + C` of [`run`]; returns `C`.
 #[inline(always)]
-unsafe fn tokens<const GROUP: usize, const C: usize>(
+unsafe fn tokens<F: PanelFormat, const C: usize>(
     cols: usize,
     panel: &[u8],
     x: &[u8],
@@ -217,7 +248,7 @@ unsafe fn tokens<const GROUP: usize, const C: usize>(
     let xp = x.as_ptr().add(t0 * x_row);
     for i in 0..cols / 256 {
         let pb = panel.as_ptr().add(i * BLOCK_BYTES);
-        block::<GROUP, C>(pb, xp.add(i * 292), x_row, &mut acc);
+        block::<F, C>(pb, xp.add(i * 292), x_row, &mut acc);
     }
     for c in 0..C {
         _mm512_storeu_ps(out.add((t0 + c) * out_stride), acc[c]);
@@ -231,42 +262,57 @@ unsafe fn bcast(p: *const u8) -> __m512i {
     _mm512_set1_epi32(p.cast::<i32>().read_unaligned())
 }
 
-/// One panel block against the Q8_K blocks at `y0 + c · xs` (c < C), added into `acc`.
+/// One panel block against the Q8_K blocks at `y0 + c · xs` (c < C), added into `acc`: per
+/// token the exact i32 `S` (and `M`), then the block's float step of the row kernels
+/// (`kquants.rs`: `k4_step`, `d_step`) with one row per lane.
 #[inline(always)]
-unsafe fn block<const GROUP: usize, const C: usize>(
+unsafe fn block<F: PanelFormat, const C: usize>(
     pb: *const u8,
     y0: *const u8,
     xs: usize,
     acc: &mut [__m512; C],
 ) {
-    let mut blk = [_mm512_setzero_ps(); C];
-    for g in 0..256 / GROUP {
-        let mut raw = [_mm512_setzero_si512(); C];
-        for j in 0..GROUP / 4 {
-            let kg = g * (GROUP / 4) + j;
-            let w = _mm512_loadu_si512(pb.add(VALUES + 64 * kg).cast());
+    let mut s = [_mm512_setzero_si512(); C];
+    for g in 0..256 / F::GROUP {
+        let sc = _mm512_loadu_si512(pb.add(SCALES + 64 * g).cast());
+        for h in 0..F::GROUP / F::SUB {
+            let mut raw = [_mm512_setzero_si512(); C];
+            for j in 0..F::SUB / 4 {
+                let kg = (g * F::GROUP + h * F::SUB) / 4 + j;
+                let w = _mm512_loadu_si512(pb.add(VALUES + 64 * kg).cast());
+                for c in 0..C {
+                    raw[c] = _mm512_dpbusd_epi32(raw[c], w, bcast(y0.add(c * xs + 4 + 4 * kg)));
+                }
+            }
             for c in 0..C {
-                raw[c] = _mm512_dpbusd_epi32(raw[c], w, bcast(y0.add(c * xs + 4 + 4 * kg)));
+                s[c] = if F::SUB < F::GROUP {
+                    // |raw| < 2^15 and 0 <= scale < 2^15: the high i16 halves add 0.
+                    _mm512_dpwssd_epi32(s[c], raw[c], sc)
+                } else {
+                    _mm512_add_epi32(s[c], _mm512_mullo_epi32(raw[c], sc))
+                };
             }
         }
-        let s = _mm512_loadu_ps(pb.add(SCALES + 64 * g).cast());
-        for c in 0..C {
-            blk[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(raw[c]), s, blk[c]);
-        }
     }
-    // The min or offset term: Σ_p pair_p · (bsum 2p, bsum 2p + 1), times its factor.
-    let mut term = [_mm512_setzero_si512(); C];
+    // The min or offset term: Σ_p pair_p · (bsum 2p, bsum 2p + 1).
+    let mut m = if F::MIN { [_mm512_setzero_si512(); C] } else { s };
     for p in 0..8 {
         let pair = _mm512_loadu_si512(pb.add(PAIRS + 64 * p).cast());
         for c in 0..C {
-            term[c] = _mm512_dpwssd_epi32(term[c], pair, bcast(y0.add(c * xs + 260 + 4 * p)));
+            m[c] = _mm512_dpwssd_epi32(m[c], pair, bcast(y0.add(c * xs + 260 + 4 * p)));
         }
     }
-    let f = _mm512_loadu_ps(pb.add(TERM).cast());
+    let d = _mm512_loadu_ps(pb.add(D).cast());
+    let dmin = _mm512_loadu_ps(pb.add(DMIN).cast());
     for c in 0..C {
-        let v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(term[c]), f, blk[c]);
-        let d = _mm512_set1_ps(y0.add(c * xs).cast::<f32>().read_unaligned());
-        acc[c] = _mm512_fmadd_ps(v, d, acc[c]);
+        let yd = _mm512_set1_ps(y0.add(c * xs).cast::<f32>().read_unaligned());
+        let v = if F::MIN {
+            let t = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m[c]));
+            _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(s[c]), t)
+        } else {
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(m[c]))
+        };
+        acc[c] = _mm512_fmadd_ps(yd, v, acc[c]);
     }
 }
 
@@ -290,9 +336,7 @@ pub(crate) fn panel_kernels(ty: GgmlType) -> Option<PanelKernels> {
                 out_stride: usize,
             ) {
                 // SAFETY: forwarded contract of PanelKernels::run.
-                unsafe {
-                    run::<{ <$f as PanelFormat>::GROUP }>(cols, panel, x, x_row, m, out, out_stride)
-                }
+                unsafe { run::<$f>(cols, panel, x, x_row, m, out, out_stride) }
             }
             Some(PanelKernels { unpack: unpack_f, run: run_f, bytes: panel_bytes })
         }};
