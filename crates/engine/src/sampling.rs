@@ -98,6 +98,17 @@ impl SamplerParams {
 /// the usual ones fit without a reallocation while decoding.
 const RECENT_RESERVED: usize = 256;
 
+/// Greedy: the highest logit, the lowest id on ties (as llama.cpp); token 0 for no candidates.
+fn greedy(cand: impl Iterator<Item = (u32, f32)>) -> u32 {
+    let mut best = (0, f32::NEG_INFINITY);
+    for c in cand {
+        if c.1 > best.1 {
+            best = c;
+        }
+    }
+    best.0
+}
+
 /// xoshiro256** seeded through splitmix64: small, fast and identical on every platform.
 #[derive(Clone, Debug)]
 pub struct Rng([u64; 4]);
@@ -196,6 +207,11 @@ impl Sampler {
     /// Picks the next token from `logits` (`n_vocab` values).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let p = self.params.clone();
+        if p.temperature <= 0.0 && !self.penalties_active() {
+            // Greedy on the row itself: no copy of the candidates (a verification pass draws
+            // several rows a pass).
+            return greedy(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        }
         self.cand.clear();
         self.cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
         if self.penalties_active() {
@@ -213,14 +229,7 @@ impl Sampler {
             }
         }
         if p.temperature <= 0.0 {
-            // Greedy: highest logit, lowest id on ties (as llama.cpp).
-            let mut best = self.cand[0];
-            for &c in &self.cand[1..] {
-                if c.1 > best.1 {
-                    best = c;
-                }
-            }
-            return best.0;
+            return greedy(self.cand.iter().copied());
         }
         // top-k: partial sort the k best to the front.
         let by_logit_desc =

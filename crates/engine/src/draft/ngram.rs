@@ -4,6 +4,11 @@
 //! its input) is then guessed many tokens at a time; where the copy breaks (a renamed
 //! variable), shorter suffixes pick it up again a token or two later.
 //!
+//! A copy that is being followed keeps its place: once the text goes on as a draft's source
+//! did, the next draft continues from that source for as long as the two agree, even where
+//! the last [`MAX_N`] tokens also occur later (code repeats short runs, such as an indented
+//! line's start, and the most recent one is then often the wrong place to copy from).
+//!
 //! Index: per `n`, a hash map from the hash of `n` tokens to the position just after their
 //! latest occurrence, updated as each token arrives ([`MAX_N`] inserts a token), so a lookup is
 //! [`MAX_N`] probes whatever the text's length, and a hit is checked against the tokens
@@ -59,6 +64,9 @@ pub struct Ngram {
     /// `[n - 1]`: hash of `n` tokens → the position just after their latest occurrence that
     /// has at least one token after it.
     index: [Index; MAX_N],
+    /// The source being copied: the position whose token the text should hold next, and how
+    /// many tokens before it the text and the source agree on.
+    follow: Option<(usize, usize)>,
 }
 
 impl Ngram {
@@ -66,25 +74,31 @@ impl Ngram {
         Ngram::default()
     }
 
-    /// Guesses for what follows the sequence: the continuation of the longest earlier match,
-    /// copied forward (a match that runs into the end of the text continues into the guess
-    /// itself, so a repeating pattern is guessed whole).
-    fn lookup(&self, max: usize, out: &mut Vec<u32>) {
+    /// Guesses for what follows the sequence: the continuation of the longest earlier match
+    /// (the followed source, or the longest suffix found), copied forward (a match that runs
+    /// into the end of the text continues into the guess itself, so a repeating pattern is
+    /// guessed whole).
+    fn lookup(&mut self, max: usize, out: &mut Vec<u32>) {
         let len = self.toks.len();
-        for n in (MIN_N..=MAX_N.min(len)).rev() {
+        let found = (MIN_N..=MAX_N.min(len)).rev().find_map(|n| {
             let suffix = &self.toks[len - n..];
-            let Some(&at) = self.index[n - 1].get(&hash(suffix)) else { continue };
-            let at = at as usize;
-            if at < n || self.toks[at - n..at] != *suffix {
-                continue; // a hash collision
+            let at = *self.index[n - 1].get(&hash(suffix))? as usize;
+            // A hash collision is no match.
+            (at >= n && self.toks[at - n..at] == *suffix).then_some((at, n))
+        });
+        let from = match (self.follow, found) {
+            (Some((p, run)), found) if p < len && found.is_none_or(|(_, n)| run >= n) => p,
+            (_, Some(found)) => {
+                self.follow = Some(found);
+                found.0
             }
-            let start = out.len();
-            for j in 0..max {
-                let src = at + j;
-                let t = if src < len { self.toks[src] } else { out[start + src - len] };
-                out.push(t);
-            }
-            return;
+            _ => return,
+        };
+        let start = out.len();
+        for j in 0..max {
+            let src = from + j;
+            let t = if src < len { self.toks[src] } else { out[start + src - len] };
+            out.push(t);
         }
     }
 }
@@ -97,6 +111,7 @@ impl Drafter for Ngram {
     fn start(&mut self, prompt: &[u32]) {
         self.toks.clear();
         self.index.iter_mut().for_each(Index::clear);
+        self.follow = None;
         self.extend(prompt);
     }
 
@@ -104,6 +119,9 @@ impl Drafter for Ngram {
         for &t in toks {
             // The n-grams ending just before `t` now have a token after them.
             let at = self.toks.len();
+            self.follow = (self.follow)
+                .filter(|&(p, _)| self.toks.get(p) == Some(&t))
+                .map(|(p, run)| (p + 1, run + 1));
             for n in 1..=MAX_N.min(at) {
                 self.index[n - 1].insert(hash(&self.toks[at - n..at]), at as u32);
             }
@@ -178,6 +196,22 @@ mod tests {
         for max in 1..6 {
             assert_eq!(guess(&mut one, max), guess(&mut whole, max));
         }
+    }
+
+    #[test]
+    fn a_followed_copy_keeps_its_place_where_its_last_tokens_recur_later() {
+        // "50 1 2 3 4 60 70" and later "1 2 3 4 80 99": an answer copying from the start has
+        // "1 2 3 4" most recently followed by 80, but its source goes on with 60.
+        let mut d = drafter(&[50, 1, 2, 3, 4, 60, 70, 1, 2, 3, 4, 80, 99]);
+        d.extend(&[50]);
+        assert_eq!(guess(&mut d, 4), vec![1, 2, 3, 4]);
+        d.extend(&[1, 2, 3, 4]);
+        assert_eq!(guess(&mut d, 2), vec![60, 70]);
+        // Where the text leaves the source, the lookup takes over again.
+        d.extend(&[60, 5]);
+        assert!(guess(&mut d, 2).is_empty());
+        let mut fresh = drafter(&[50, 1, 2, 3, 4, 60, 70, 1, 2, 3, 4, 80, 99, 50, 1, 2, 3, 4]);
+        assert_eq!(guess(&mut fresh, 2), vec![80, 99]);
     }
 
     #[test]
