@@ -147,6 +147,9 @@ impl Facts {
     const ONE_BYTE: u8 = 8;
     /// Whole UTF-8 characters (what a length-bounded string may take without stepping).
     const UTF8: u8 = 16;
+    /// An object may close inside the token with bytes after it: a `}` past its first byte, or
+    /// a whitespace last byte (what JSON takes after a closed value), in two bytes or more.
+    const CLOSE_INSIDE: u8 = 32;
 }
 
 impl JsonVocab {
@@ -169,6 +172,11 @@ impl JsonVocab {
                 }
                 if std::str::from_utf8(bytes).is_ok() {
                     flags |= Facts::UTF8;
+                }
+                if let [_, rest @ ..] = bytes {
+                    if rest.contains(&b'}') || rest.last().is_some_and(u8::is_ascii_whitespace) {
+                        flags |= Facts::CLOSE_INSIDE;
+                    }
                 }
                 let head =
                     [bytes.first().copied().unwrap_or(0), bytes.get(1).copied().unwrap_or(0)];
@@ -202,6 +210,13 @@ impl JsonVocab {
 
     pub fn len(&self) -> usize {
         self.tokens.len()
+    }
+
+    /// The tokens inside which an object may close with bytes after it (a `}` past the first
+    /// byte, or a whitespace last byte): where what follows a closed value decides.
+    pub fn close_inside(&self) -> impl Iterator<Item = u32> + '_ {
+        let flagged = |(t, f): (usize, &Facts)| (f.flags & Facts::CLOSE_INSIDE != 0).then_some(t);
+        self.tokens.iter().enumerate().filter_map(flagged).map(|t| t as u32)
     }
 
     pub fn is_empty(&self) -> bool {

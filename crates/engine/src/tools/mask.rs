@@ -11,7 +11,8 @@
 //! live candidates, which the head's own bytes narrow to one within a name), or cover a call
 //! head's rest and start its arguments; in the arguments it is JSON mode's pass, plus a walk
 //! through the grammar for the tokens inside which the arguments may close (those ending in
-//! whitespace or holding a `}` past their first byte: a few thousand of a 152k vocabulary).
+//! whitespace or holding a `}` past their first byte, listed once per vocabulary by
+//! [`JsonVocab`]: a few thousand of a 152k vocabulary).
 
 use std::sync::Arc;
 
@@ -236,9 +237,9 @@ impl ToolMask {
     /// The arguments' mask: JSON's, except for tokens inside which the arguments close. JSON
     /// reads what follows the closing byte as trailing whitespace (which it allows) or as text
     /// past the value (which it refuses), but what follows is the call's closing text: `"}\n`
-    /// must be refused there (the grammar would leave the call) and `"}}` allowed. Only a token
-    /// that ends in whitespace, or holds the closing text's first byte past its own first byte,
-    /// can be either, so only those are walked through the whole grammar.
+    /// must be refused there (the grammar would leave the call) and `"}}` allowed. Only the
+    /// tokens [`JsonVocab::close_inside`] lists can be either (every format's closing text
+    /// starts with `}`), so only those are walked through the whole grammar.
     fn apply_args<'a>(
         &self,
         json: &JsonMask,
@@ -247,14 +248,9 @@ impl ToolMask {
         raw: impl Fn(u32) -> &'a [u8],
         json_piece: impl Fn(u32) -> &'a [u8],
     ) -> bool {
-        let close = self.close_text()[0];
-        let suspects: Vec<(u32, f32)> = (0..logits.len() as u32)
-            .filter(|&t| {
-                let b = json_piece(t);
-                b.len() >= 2 && (b[b.len() - 1].is_ascii_whitespace() || b[1..].contains(&close))
-            })
-            .map(|t| (t, logits[t as usize]))
-            .collect();
+        debug_assert_eq!(self.close_text()[0], b'}');
+        let suspects: Vec<(u32, f32)> =
+            vocab.close_inside().map(|t| (t, logits[t as usize])).collect();
         json.apply(logits, vocab, &json_piece);
         for (t, logit) in suspects {
             let bytes = json_piece(t);
