@@ -214,21 +214,9 @@ impl Governor {
     pub fn poll(&self) -> Option<String> {
         let r = read(&self.source, self.budget)?;
         let cgroup = matches!(self.source, BudgetSource::CgroupV1(_) | BudgetSource::CgroupV2(_));
-        self.streamer.set_release(
-            match (
-                must_drop_cache(
-                    r,
-                    self.fit.reserve,
-                    self.fit.facts.layer_bytes.iter().copied().max().unwrap_or(0),
-                ),
-                cgroup,
-            ) {
-                (true, _) => Release::UnmapAndUncache,
-                // Mapped pages count against a cgroup the same as unmapped cache.
-                (false, true) => Release::KeepMapped,
-                (false, false) => Release::Unmap,
-            },
-        );
+        let biggest_layer = self.fit.facts.layer_bytes.iter().copied().max().unwrap_or(0);
+        let rss = if cgroup { probe::self_rss() } else { None };
+        self.streamer.set_release(release(r, rss, self.fit.reserve, biggest_layer));
         let pinned = self.streamer.pinned();
         let n_kv = self.n_kv.load(Ordering::Relaxed);
         let seen = format!(
@@ -278,6 +266,25 @@ impl Governor {
 /// the kernel reclaims it), leaves the room wide and the cache alone.
 fn must_drop_cache(r: Reading, reserve: u64, biggest_layer: u64) -> bool {
     r.free() < reserve + CACHE_ROOM_LAYERS * biggest_layer
+}
+
+/// What a streamed layer's pages become after use, from one reading of the budget and, under a
+/// cgroup, this process's resident set (`rss`; `None` elsewhere):
+/// - near the limit ([`must_drop_cache`]): unmapped and dropped from the page cache;
+/// - under a cgroup whose usage is below what this process maps by more than a layer: kept
+///   mapped. Those pages are a page cache warmed by someone else and charged to them, so keeping
+///   them costs the limit nothing and saves a fault per page per pass;
+/// - otherwise unmapped. Pages a cold read charged to us count in the limit mapped or not, but
+///   mapped they also count in the resident set, which the plan predicts: kept mapped they would
+///   take it past the plan by every streamed layer touched since the last drop.
+fn release(r: Reading, rss: Option<u64>, reserve: u64, biggest_layer: u64) -> Release {
+    if must_drop_cache(r, reserve, biggest_layer) {
+        Release::UnmapAndUncache
+    } else if rss.is_some_and(|rss| rss > r.usage.saturating_add(biggest_layer)) {
+        Release::KeepMapped
+    } else {
+        Release::Unmap
+    }
 }
 
 /// Streamed layers whose cache may stay charged to us before dropping it starts: the readers'
@@ -372,6 +379,25 @@ mod tests {
         let near = 3 * GIB - reserve - 4 * layer + MIB;
         assert!(must_drop_cache(Reading { limit: 3 * GIB, usage: near }, reserve, layer));
         assert!(must_drop_cache(Reading { limit: 3 * GIB, usage: 3 * GIB }, reserve, layer));
+    }
+
+    #[test]
+    fn streamed_pages_stay_mapped_only_when_someone_else_is_charged_for_them() {
+        let (reserve, layer) = (64 * MIB, 140 * MIB);
+        let limit = 3 * GIB;
+        // Cold: every page we map is charged to us, so usage is at least the resident set.
+        let cold = Reading { limit, usage: 900 * MIB };
+        assert_eq!(release(cold, Some(700 * MIB), reserve, layer), Release::Unmap);
+        // Warm, charged elsewhere: we map far more than our cgroup is charged.
+        let warm = Reading { limit, usage: 300 * MIB };
+        assert_eq!(release(warm, Some(2 * GIB), reserve, layer), Release::KeepMapped);
+        // Less than a layer apart is no evidence either way.
+        assert_eq!(release(warm, Some(300 * MIB + layer), reserve, layer), Release::Unmap);
+        // Near the limit the cache goes too, warm or not.
+        let near = Reading { limit, usage: limit - reserve - layer };
+        assert_eq!(release(near, Some(limit), reserve, layer), Release::UnmapAndUncache);
+        // Without a cgroup (MemAvailable or --ram) usage is the resident set itself.
+        assert_eq!(release(warm, None, reserve, layer), Release::Unmap);
     }
 
     #[test]

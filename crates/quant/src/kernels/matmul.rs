@@ -12,8 +12,8 @@
 //! kernels. On AVX-512 the panels give every (row, token) the row kernels' exact bits
 //! (`avx512/panel.rs`), so a token's result does not depend on its kernel, its batch or its
 //! chunk: the panels are on by default (`SNUG_PANELS=0` turns them off, `SNUG_KERNELS=avx2`
-//! leaves the AVX-512 path). Their cost is the unpack, ~2 µs per 16 × 1,536 weights per call,
-//! which smaller batches do not earn back ([`PANEL_MIN_TOKENS`]).
+//! leaves the AVX-512 path). Their cost is the unpack, once per 16 rows and call, which
+//! smaller batches do not earn back ([`PANEL_MIN_TOKENS`]).
 
 use std::cell::RefCell;
 use std::ops::Range;

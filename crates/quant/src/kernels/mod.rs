@@ -420,9 +420,9 @@ pub(crate) type PanelRunFn = unsafe fn(
 pub(crate) const PANEL_ROWS: usize = 16;
 
 /// Fewest tokens for which a panel pays for its unpack (below, the row kernels run; the results
-/// are the same bits either way). `SNUG_PANEL_MIN_TOKENS` overrides it
-/// ([`panel_min_tokens`]).
-pub const PANEL_MIN_TOKENS: usize = 32;
+/// are the same bits either way): batched decode of 8 streams and verification passes of 8 or
+/// more tokens take the panels. `SNUG_PANEL_MIN_TOKENS` overrides it ([`panel_min_tokens`]).
+pub const PANEL_MIN_TOKENS: usize = 8;
 
 /// Panel kernels for `ty` on `isa`, where the path has them.
 pub(crate) fn panel_kernels(isa: Isa, ty: GgmlType) -> Option<PanelKernels> {

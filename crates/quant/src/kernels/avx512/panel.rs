@@ -33,9 +33,14 @@
 //! Panel block (one per 256 columns), [`BLOCK_BYTES`]: the 64 value zmm; one i32 zmm per scale
 //! group holding each row's scale; 8 zmm of i16 pairs per row that weigh the 16 block sums
 //! (Q4_K/Q5_K: the mins; Q6_K: −32·scale, its offset; IQ4_XS: −128·scale, the offset that made
-//! its signed codebook unsigned); one f32 zmm of `d` and one of `dmin` per row. The unpack costs
-//! ~2 µs per 16 × 1,536 values, paid once per chunk and matmul, so
-//! [`PANEL_MIN_TOKENS`](super::super::PANEL_MIN_TOKENS) keeps the smallest batches on the row
+//! its signed codebook unsigned); one f32 zmm of `d` and one of `dmin` per row.
+//!
+//! The unpack, paid once per chunk and matmul: each row's block is decoded to bytes in place
+//! (the row kernels' quads), then the 16 rows' bytes are transposed in registers, 64 shuffles
+//! per 16 × 64 values; the scale fields of the 16 rows are gathered as dwords (one row per
+//! lane) and decoded for all 16 at once. It costs about what running 4–6 tokens does (a gather
+//! per output zmm and scalar scale decoding cost twice that), so
+//! [`PANEL_MIN_TOKENS`](super::super::PANEL_MIN_TOKENS) keeps only smaller batches on the row
 //! kernels.
 //!
 //! # Safety
@@ -47,7 +52,6 @@
 use std::arch::x86_64::*;
 
 use super::kquants::{iq4_lut, iq4_xs_quad, q6k_quads, Block512, Iq4XsZ, K4Z, Q4KZ, Q5KZ, Q6KZ};
-use crate::kernels::scalar::{f16_at, scale_iq4_xs, scales_mins_k4};
 use crate::kernels::{PanelKernels, PANEL_ROWS};
 use crate::GgmlType;
 
@@ -83,9 +87,44 @@ pub(crate) trait PanelFormat: Block512 {
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI; `b` is one block, `out` 256 writable bytes.
     unsafe fn values(b: *const u8, out: *mut u8);
-    /// The integer scale per group, the i16 pair weighing block sums `2p` and `2p + 1` (p < 8),
-    /// `d`, and `dmin` (0 without a min term).
-    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32);
+    /// The scale fields of one block in each of the 16 rows, one row per i32 lane, written into
+    /// the panel block at `pb`: the integer scale per group ([`SCALES`], `256 / GROUP` zmm), the
+    /// i16 pair weighing block sums `2p` and `2p + 1` ([`PAIRS`], 8 zmm), `d` ([`D`]) and `dmin`
+    /// ([`DMIN`], 0 without a min term). Row `r`'s block is at `b + idx[r]`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; each `b + idx[r]` is one whole block; `pb` one panel block.
+    unsafe fn scales16(b: *const u8, idx: __m512i, pb: *mut u8);
+}
+
+/// The dword at `b + off + idx[r]` in lane `r`.
+#[inline(always)]
+unsafe fn gather(b: *const u8, off: usize, idx: __m512i) -> __m512i {
+    _mm512_i32gather_epi32::<1>(idx, b.add(off).cast())
+}
+
+/// The f16 in the low half of each i32 lane, as f32 (exact).
+#[inline(always)]
+unsafe fn f16_lanes(v: __m512i) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v))
+}
+
+/// Byte `k` of each i32 lane, zero-extended.
+#[inline(always)]
+unsafe fn byte(v: __m512i, k: usize) -> __m512i {
+    _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * k as i32)), _mm512_set1_epi32(0xFF))
+}
+
+/// The i16 pair (low half of `lo`, low half of `hi`) in each i32 lane: what weighs two block
+/// sums.
+#[inline(always)]
+unsafe fn i16_pair(lo: __m512i, hi: __m512i) -> __m512i {
+    _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32::<16>(hi))
+}
+
+#[inline(always)]
+unsafe fn store(pb: *mut u8, off: usize, v: __m512i) {
+    _mm512_storeu_si512(pb.add(off).cast(), v);
 }
 
 /// Q4_K and Q5_K: the four 64-value quads of a [`K4Z`] block; scales by [`k4_scales`]. A
@@ -101,19 +140,37 @@ impl<W: K4Z + Block512> PanelFormat for W {
             _mm512_storeu_si512(out.add(64 * j).cast(), W::quad(b, j));
         }
     }
-    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
-        k4_scales(b)
+    #[inline(always)]
+    unsafe fn scales16(b: *const u8, idx: __m512i, pb: *mut u8) {
+        k4_scales16(b, idx, pb)
     }
 }
 
-/// Q4_K/Q5_K: the scale per 32 values, the min weighing both block sums of its 32, `d`, `dmin`.
-fn k4_scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
-    let (sc, mn) = scales_mins_k4(&b[4..16]);
-    let mut s = [0i32; 16];
-    for (o, v) in s.iter_mut().zip(sc) {
-        *o = v as i32;
+/// Q4_K/Q5_K: `d` and `dmin` (two f16 at 0), and the 6-bit scale and min per 32 values packed
+/// in the 12 bytes at 4 (ggml's `get_scale_min_k4`): for j < 4 the low 6 bits of bytes j and
+/// j + 4, for j >= 4 a nibble of byte j + 4 with the top two bits of bytes j − 4 and j. The min
+/// weighs both block sums of its 32 values.
+#[inline(always)]
+unsafe fn k4_scales16(b: *const u8, idx: __m512i, pb: *mut u8) {
+    let dd = gather(b, 0, idx);
+    _mm512_storeu_ps(pb.add(D).cast(), f16_lanes(dd));
+    _mm512_storeu_ps(pb.add(DMIN).cast(), f16_lanes(_mm512_srli_epi32::<16>(dd)));
+    let q = [gather(b, 4, idx), gather(b, 8, idx), gather(b, 12, idx)];
+    let (m63, m15) = (_mm512_set1_epi32(63), _mm512_set1_epi32(15));
+    let top2 = |v: __m512i| _mm512_slli_epi32::<4>(_mm512_srli_epi32::<6>(v));
+    for j in 0..8 {
+        let (sc, mn) = if j < 4 {
+            (_mm512_and_si512(byte(q[0], j), m63), _mm512_and_si512(byte(q[1], j), m63))
+        } else {
+            let c = byte(q[2], j - 4);
+            (
+                _mm512_or_si512(_mm512_and_si512(c, m15), top2(byte(q[0], j - 4))),
+                _mm512_or_si512(_mm512_srli_epi32::<4>(c), top2(byte(q[1], j - 4))),
+            )
+        };
+        store(pb, SCALES + 64 * j, sc);
+        store(pb, PAIRS + 64 * j, i16_pair(mn, mn));
     }
-    (s, mn.map(|m| [m as i16; 2]), f16_at(b, 0), f16_at(b, 2))
 }
 
 /// Q6_K: unsigned values (stored + 32), the signed scale per 16, the offset −32 · scale per
@@ -130,10 +187,25 @@ impl PanelFormat for Q6KZ {
             _mm512_storeu_si512(out.add(128 * h + 64).cast(), u1);
         }
     }
-    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
-        let sc: [i16; 16] = std::array::from_fn(|j| b[192 + j] as i8 as i16);
-        let pairs = std::array::from_fn(|p| [-32 * sc[2 * p], -32 * sc[2 * p + 1]]);
-        (sc.map(i32::from), pairs, f16_at(b, 208), 0.0)
+    /// `d` at 208 (read as the high half of the dword at 206, inside the 210-byte block), the
+    /// signed scale per 16 values at 192, the offset −32 · scale per block sum folded into `S`.
+    #[inline(always)]
+    unsafe fn scales16(b: *const u8, idx: __m512i, pb: *mut u8) {
+        _mm512_storeu_ps(pb.add(D).cast(), f16_lanes(_mm512_srli_epi32::<16>(gather(b, 206, idx))));
+        _mm512_storeu_ps(pb.add(DMIN).cast(), _mm512_setzero_ps());
+        let s =
+            [gather(b, 192, idx), gather(b, 196, idx), gather(b, 200, idx), gather(b, 204, idx)];
+        let sc: [__m512i; 16] = std::array::from_fn(|g| {
+            let up = _mm512_sllv_epi32(s[g / 4], _mm512_set1_epi32(24 - 8 * (g % 4) as i32));
+            _mm512_srai_epi32::<24>(up)
+        });
+        let off = |v: __m512i| _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(v));
+        for g in 0..16 {
+            store(pb, SCALES + 64 * g, sc[g]);
+        }
+        for p in 0..8 {
+            store(pb, PAIRS + 64 * p, i16_pair(off(sc[2 * p]), off(sc[2 * p + 1])));
+        }
     }
 }
 
@@ -151,11 +223,30 @@ impl PanelFormat for Iq4XsZ {
             _mm512_storeu_si512(out.add(64 * p).cast(), q);
         }
     }
-    fn scales(b: &[u8]) -> ([i32; 16], [[i16; 2]; 8], f32, f32) {
-        let sc: [i32; 8] = std::array::from_fn(|ib| scale_iq4_xs(b, ib));
-        let mut s = [0i32; 16];
-        s[..8].copy_from_slice(&sc);
-        (s, sc.map(|s| [-128 * s as i16; 2]), f16_at(b, 0), 0.0)
+    /// `d` (f16 at 0) and the high scale bits (u16 at 2) in one dword, the low nibbles at 4:
+    /// scale `ib` is `(low nibble ib | high crumb ib << 4) − 32`, its offset −128 · scale.
+    #[inline(always)]
+    unsafe fn scales16(b: *const u8, idx: __m512i, pb: *mut u8) {
+        let h = gather(b, 0, idx);
+        _mm512_storeu_ps(pb.add(D).cast(), f16_lanes(h));
+        _mm512_storeu_ps(pb.add(DMIN).cast(), _mm512_setzero_ps());
+        let l = gather(b, 4, idx);
+        let field = |v: __m512i, shift: usize, mask: i32| {
+            _mm512_and_si512(
+                _mm512_srlv_epi32(v, _mm512_set1_epi32(shift as i32)),
+                _mm512_set1_epi32(mask),
+            )
+        };
+        for ib in 0..8 {
+            let ls = _mm512_or_si512(
+                field(l, 4 * ib, 0xF),
+                _mm512_slli_epi32::<4>(field(h, 16 + 2 * ib, 3)),
+            );
+            let sc = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+            let off = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sc));
+            store(pb, SCALES + 64 * ib, sc);
+            store(pb, PAIRS + 64 * ib, i16_pair(off, off));
+        }
     }
 }
 
@@ -174,36 +265,78 @@ pub(crate) unsafe fn unpack<F: PanelFormat>(cols: usize, w: &[u8], w_row: usize,
     #[repr(C, align(64))]
     struct Rows([[u8; 256]; PANEL_ROWS]);
     let mut rows = Rows([[0; 256]; PANEL_ROWS]);
-    // Dword r·64 of `rows` is value 4k.. of row r: a gather with these indices reads column k/4.
-    let idx = _mm512_setr_epi32(
-        0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960,
+    let idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(w_row as i32),
     );
-    for (i, pb) in panel.chunks_exact_mut(BLOCK_BYTES).take(cols / 256).enumerate() {
-        let (mut sc, mut pairs) = ([[0i32; 16]; 16], [[[0i16; 2]; 16]; 8]);
-        let (mut d, mut dmin) = ([0f32; 16], [0f32; 16]);
+    let (nb, bytes) = (cols / 256, <F as Block512>::BYTES);
+    for (i, pb) in panel.chunks_exact_mut(BLOCK_BYTES).take(nb).enumerate() {
+        // The chunk is read a column of blocks at a time, 16 rows apart, which the hardware
+        // prefetcher does not follow, and in decode it comes from DRAM: hints for the column two
+        // on (near the end, the next 16 rows' first columns, which this or another thread
+        // unpacks next). One hint per 64 bytes; a line a block's hints miss, the block after it
+        // in the row takes.
+        let (rows_on, col) = if i + 2 < nb { (0, i + 2) } else { (PANEL_ROWS, i + 2 - nb) };
         for r in 0..PANEL_ROWS {
-            let b = &w[r * w_row + i * <F as Block512>::BYTES..][..<F as Block512>::BYTES];
-            F::values(b.as_ptr(), rows.0[r].as_mut_ptr());
-            let (s, p, dr, mr) = F::scales(b);
-            for g in 0..256 / F::GROUP {
-                sc[g][r] = s[g];
+            let p = w.as_ptr().wrapping_add((rows_on + r) * w_row + col * bytes);
+            for o in (0..bytes).step_by(64) {
+                // Wrapping: past the last chunk the address may lie outside the matrix (or the
+                // mapping); a prefetch never faults.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast());
             }
-            for q in 0..8 {
-                pairs[q][r] = p[q];
-            }
-            (d[r], dmin[r]) = (dr, mr);
+        }
+        let b0 = w.as_ptr().add(i * bytes);
+        for (r, row) in rows.0.iter_mut().enumerate() {
+            F::values(b0.add(r * w_row), row.as_mut_ptr());
         }
         let dst = pb.as_mut_ptr();
-        let src = rows.0.as_ptr().cast::<u8>();
-        for kg in 0..64 {
-            let col = _mm512_i32gather_epi32::<4>(idx, src.add(4 * kg).cast());
-            _mm512_storeu_si512(dst.add(VALUES + 64 * kg).cast(), col);
+        // Dwords 16j..16j + 16 of the 16 rows, transposed: zmm 16j + k holds dword 16j + k (values
+        // 4(16j + k)..) of each row.
+        for j in 0..4 {
+            let v: [__m512i; 16] =
+                std::array::from_fn(|r| _mm512_load_si512(rows.0[r].as_ptr().add(64 * j).cast()));
+            for (k, col) in transpose16(v).into_iter().enumerate() {
+                store(dst, VALUES + 64 * (16 * j + k), col);
+            }
         }
-        std::ptr::copy_nonoverlapping(sc.as_ptr().cast::<u8>(), dst.add(SCALES), 16 * 64);
-        std::ptr::copy_nonoverlapping(pairs.as_ptr().cast::<u8>(), dst.add(PAIRS), 8 * 64);
-        std::ptr::copy_nonoverlapping(d.as_ptr().cast::<u8>(), dst.add(D), 64);
-        std::ptr::copy_nonoverlapping(dmin.as_ptr().cast::<u8>(), dst.add(DMIN), 64);
+        F::scales16(b0, idx, dst);
     }
+}
+
+/// `o[k]` lane `r` = i32 lane `k` of `v[r]`: a 16 × 16 dword transpose in 64 shuffles (pairs of
+/// rows interleaved by dword, then by qword, within 128-bit lanes; then the lanes gathered).
+#[inline(always)]
+unsafe fn transpose16(v: [__m512i; 16]) -> [__m512i; 16] {
+    let z = _mm512_setzero_si512();
+    // Per 128-bit lane: t[2i] = a0 b0 a1 b1, t[2i + 1] = a2 b2 a3 b3 (a, b rows 2i, 2i + 1).
+    let mut t = [z; 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    // u[4g + k], 128-bit lane L: dword 4L + k of rows 4g..4g + 4.
+    let mut u = [z; 16];
+    for g in 0..4 {
+        let (t0, t1, t2, t3) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        u[4 * g] = _mm512_unpacklo_epi64(t0, t2);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t1, t3);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    // o[4L + k]: lane L of u[k], u[4 + k], u[8 + k], u[12 + k].
+    let mut o = [z; 16];
+    for k in 0..4 {
+        let (u0, u1, u2, u3) = (u[k], u[4 + k], u[8 + k], u[12 + k]);
+        let (x01, y01) =
+            (_mm512_shuffle_i32x4::<0x44>(u0, u1), _mm512_shuffle_i32x4::<0x44>(u2, u3));
+        let (x23, y23) =
+            (_mm512_shuffle_i32x4::<0xEE>(u0, u1), _mm512_shuffle_i32x4::<0xEE>(u2, u3));
+        o[k] = _mm512_shuffle_i32x4::<0x88>(x01, y01);
+        o[4 + k] = _mm512_shuffle_i32x4::<0xDD>(x01, y01);
+        o[8 + k] = _mm512_shuffle_i32x4::<0x88>(x23, y23);
+        o[12 + k] = _mm512_shuffle_i32x4::<0xDD>(x23, y23);
+    }
+    o
 }
 
 /// `out[t * out_stride + r] = Σ_k panel[r, k] · x_t[k]` for the 16 rows of `panel` and the `m`
