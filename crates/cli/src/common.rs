@@ -219,7 +219,7 @@ impl RunArgs {
             json_mode,
             draft_tokens: draft.tokens(),
             draft_bytes: draft.bytes(
-                self.ctx.unwrap_or_else(|| model.config.default_n_ctx().max(needed)),
+                model.config.n_ctx_or_default(self.ctx, needed),
                 self.ubatch,
                 self.threads.unwrap_or_else(default_threads),
             )?,

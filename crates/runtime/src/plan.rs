@@ -482,7 +482,7 @@ pub fn choose(
     w: &Wants,
 ) -> Result<Choice, Box<DoesNotFit>> {
     let usable = budget.saturating_sub(headroom(budget));
-    let default_ctx = c.default_n_ctx().max(w.n_ctx_min);
+    let default_ctx = c.default_n_ctx(w.n_ctx_min);
     let ctxs: Vec<usize> = match w.n_ctx {
         Some(c) => vec![c],
         None => {

@@ -179,7 +179,7 @@ pub fn plan(
     n_kv: Option<usize>,
 ) -> Result<(ContextParams, Planned), RuntimeError> {
     let c = &model.config;
-    let n_ctx = o.n_ctx.unwrap_or_else(|| c.default_n_ctx().max(needed));
+    let n_ctx = c.n_ctx_or_default(o.n_ctx, needed);
     let n_threads = o.n_threads.unwrap_or_else(default_threads);
     for (v, what) in
         [(n_ctx, "context length"), (n_threads, "thread count"), (o.n_ubatch, "micro-batch")]
