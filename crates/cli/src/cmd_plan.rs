@@ -196,7 +196,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     println!(
         "budget {} from {} ({} usable after headroom)",
         fmt_bytes(budget.bytes),
-        budget.source,
+        crate::advice::budget_source(&budget.source),
         fmt_bytes(usable)
     );
     let per_token = |k| fmt_bytes(model::kv_bytes_per_token(&cfg, k, k) as u64);
