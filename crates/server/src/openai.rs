@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use engine::scheduler::{Event, Finish, FinishReason, JobAdapters, Ticket};
 use engine::JsonFormat;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use tokenizer::ChatMessage;
 
@@ -37,9 +37,9 @@ use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::logprobs::{self, Rendering};
 use crate::responses;
 use crate::responses::openai::{
-    AssistantMessage, ChatChoice, ChatFinish, ChatLogprobs, Chunk, Completion as Whole, Delta,
-    DeltaChoice, Head, LegacyLogprobs, ModelEntry, ModelList, StreamError, TextChoice, TextFinish,
-    Usage,
+    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatFinish, ChatLogprobs,
+    Delta, DeltaChoice, Head, LegacyLogprobs, ModelEntry, ModelList, StreamError, TextChoice,
+    TextCompletion, TextCompletionChunk, TextFinish, Usage,
 };
 use crate::tools::ChatOptions;
 use crate::unix_now;
@@ -751,27 +751,37 @@ struct Frames {
 }
 
 impl Frames {
-    /// One chunk as a server-sent event.
-    fn chunk<C: Serialize>(&self, choices: Vec<C>, usage: Option<Usage>) -> String {
-        responses::sse(&Chunk { head: self.head.clone(), choices, usage })
+    /// A chat chunk of `choice` as a server-sent event.
+    fn chat(&self, choice: DeltaChoice) -> String {
+        let head = self.head.clone();
+        responses::sse(&ChatCompletionChunk { head, choices: vec![choice], usage: None })
     }
 
-    /// The whole answer of `choice`.
-    fn whole<C: Serialize>(self, choice: C, usage: Usage) -> Response {
-        let head = Head { object: self.kind.object(false), ..self.head };
-        axum::Json(Whole { head, choices: vec![choice], usage }).into_response()
+    /// A text completion's chunk of `choice` as a server-sent event.
+    fn text(&self, choice: TextChoice) -> String {
+        let head = self.head.clone();
+        responses::sse(&TextCompletionChunk { head, choices: vec![choice], usage: None })
+    }
+
+    /// The head of the whole answer.
+    fn whole(self) -> Head {
+        Head { object: self.kind.object(false), ..self.head }
     }
 
     /// The chunk a chat stream opens with: the role.
     fn role(&self) -> String {
-        self.chunk(vec![delta(Delta::role(), None, None)], None)
+        self.chat(delta(Delta::role(), None, None))
     }
 
-    /// The stream's end: the usage chunk when asked for, then `[DONE]`.
+    /// The stream's end: the usage chunk when asked for (no choices), then `[DONE]`.
     fn end(&self, f: &Finish, include_usage: bool) -> String {
         let mut out = String::new();
         if include_usage {
-            out += &self.chunk(Vec::<DeltaChoice>::new(), Some(usage(f)));
+            let (head, usage) = (self.head.clone(), Some(usage(f)));
+            out += &match self.kind {
+                Kind::Chat => responses::sse(&ChatCompletionChunk { head, choices: vec![], usage }),
+                Kind::Text => responses::sse(&TextCompletionChunk { head, choices: vec![], usage }),
+            };
         }
         out + "data: [DONE]\n\n"
     }
@@ -835,12 +845,12 @@ async fn respond(
                 out += &head.role();
             }
             for d in crate::tools::openai_deltas(&pieces, format, &mut called) {
-                out += &head.chunk(vec![delta(d, logprobs::take_chat(&mut lp), None)], None);
+                out += &head.chat(delta(d, logprobs::take_chat(&mut lp), None));
             }
             if let Some(f) = done {
                 let reason = chat_finish(f.reason, called.iter().any(|&c| c));
                 let last = delta(Delta::default(), logprobs::take_chat(&mut lp), Some(reason));
-                out += &head.chunk(vec![last], None);
+                out += &head.chat(last);
                 out += &head.end(&f, include_usage);
             }
             out
@@ -858,11 +868,11 @@ async fn respond(
                 out + &match kind {
                     Kind::Chat => {
                         let lp = logprobs::take_chat(&mut lp);
-                        head.chunk(vec![delta(Delta::content(t), lp, None)], None)
+                        head.chat(delta(Delta::content(t), lp, None))
                     }
                     Kind::Text => {
                         let lp = logprobs::take_legacy(&mut lp);
-                        head.chunk(vec![text_choice(t, lp, None)], None)
+                        head.text(text_choice(t, lp, None))
                     }
                 }
             }
@@ -871,11 +881,11 @@ async fn respond(
                 let last = match kind {
                     Kind::Chat => {
                         let lp = logprobs::take_chat(&mut lp);
-                        head.chunk(vec![delta(Delta::default(), lp, Some(reason.into()))], None)
+                        head.chat(delta(Delta::default(), lp, Some(reason.into())))
                     }
                     Kind::Text => {
                         let lp = logprobs::take_legacy(&mut lp);
-                        head.chunk(vec![text_choice(String::new(), lp, Some(reason))], None)
+                        head.text(text_choice(String::new(), lp, Some(reason)))
                     }
                 };
                 last + &head.end(&f, include_usage)
@@ -887,7 +897,9 @@ async fn respond(
     let (text, f) = collect(S, rx).await?;
     if let Kind::Text = kind {
         let lp = logprobs::take_legacy(&mut lp);
-        return Ok(head.whole(text_choice(text, lp, Some(finish_reason(f.reason))), usage(&f)));
+        let choices = vec![text_choice(text, lp, Some(finish_reason(f.reason)))];
+        let answer = TextCompletion { head: head.whole(), choices, usage: usage(&f) };
+        return Ok(axum::Json(answer).into_response());
     }
     let (message, called) = match parser {
         Some(mut parser) => {
@@ -903,7 +915,8 @@ async fn respond(
         logprobs: logprobs::take_chat(&mut lp),
         finish_reason: chat_finish(f.reason, called),
     };
-    Ok(head.whole(choice, usage(&f)))
+    let answer = ChatCompletion { head: head.whole(), choices: vec![choice], usage: usage(&f) };
+    Ok(axum::Json(answer).into_response())
 }
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {

@@ -118,7 +118,7 @@ pub const GENERATION_ERRORS: &[u16] = &[400, 404, 413, 429, 500, 503];
 /// The routes a supervisor probes, which take no key.
 const PROBES: [&str; 2] = ["/health", "/ready"];
 
-/// The `content` of `body`: request schemas come from `req`, answer schemas from `resp`.
+/// The `content` of an answer's `body`, its schemas from `resp` (the serialize contract).
 fn content(body: &Body, resp: &mut SchemaGenerator) -> Option<Value> {
     Some(match body {
         Body::Empty => return None,

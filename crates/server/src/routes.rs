@@ -29,7 +29,8 @@ use crate::responses::ollama::{
     ChatRecord, Embed, Embedding, GenerateRecord, Ps, PullRecord, Show, Tags, Version,
 };
 use crate::responses::openai::{
-    ChatChoice, Chunk, Completion, DeltaChoice, EmbeddingList, ModelList, TextChoice,
+    ChatCompletion, ChatCompletionChunk, EmbeddingList, ModelList, TextCompletion,
+    TextCompletionChunk,
 };
 use crate::responses::snug::{Adapter, AdapterList, Health, Ready};
 use crate::transport::{self, Deadline};
@@ -88,7 +89,7 @@ pub fn table() -> Vec<Route> {
                 BodyRoute::ChatCompletions,
                 "OpenAI chat completion (SSE ending in `data: [DONE]` with `stream: true`)",
                 schema_of::<openai::ChatRequest>,
-                Answer::stream::<Completion<ChatChoice>, Chunk<DeltaChoice>>("The answer", SSE),
+                Answer::stream::<ChatCompletion, ChatCompletionChunk>("The answer", SSE),
                 GENERATION_ERRORS,
             ),
             openai::chat,
@@ -98,7 +99,7 @@ pub fn table() -> Vec<Route> {
                 BodyRoute::Completions,
                 "OpenAI text completion (SSE ending in `data: [DONE]` with `stream: true`)",
                 schema_of::<openai::CompletionRequest>,
-                Answer::stream::<Completion<TextChoice>, Chunk<TextChoice>>("The answer", SSE),
+                Answer::stream::<TextCompletion, TextCompletionChunk>("The answer", SSE),
                 GENERATION_ERRORS,
             ),
             openai::completions,
@@ -494,7 +495,9 @@ mod tests {
         let ok = |path: &str, method: &str| p[path][method]["responses"]["200"]["content"].clone();
         let chat = ok("/v1/chat/completions", "post");
         let item = &chat["text/event-stream"]["x-itemSchema"]["$ref"];
-        assert!(item.as_str().is_some_and(|r| r.contains("Chunk")), "{chat}");
+        assert_eq!(item, "#/components/schemas/ChatCompletionChunk", "{chat}");
+        let whole = &chat["application/json"]["schema"]["$ref"];
+        assert_eq!(whole, "#/components/schemas/ChatCompletion");
         let s = &d["components"]["schemas"];
         assert!(s["OllamaChatRecord"]["properties"]["total_duration"].is_object());
         assert_eq!(s["OpenAiDelta"].get("required"), None, "every delta field is optional");

@@ -70,8 +70,8 @@ mod tests {
 
     use super::ollama::{ChatRecord, DoneReason, GenerateRecord, Message, Stats};
     use super::openai::{
-        Chunk, Delta, DeltaCall, DeltaChoice, DeltaFunction, ErrorDetail, FunctionKind,
-        OpenAiError, StreamError, Usage,
+        ChatCompletionChunk as Chunk, Delta, DeltaCall, DeltaChoice, DeltaFunction, ErrorDetail,
+        FunctionKind, OpenAiError, StreamError, Usage,
     };
 
     /// The bodies as the handlers wrote them with `json!` before they were typed: the same

@@ -73,23 +73,41 @@ pub struct Head {
     pub system_fingerprint: &'static str,
 }
 
-/// A whole answer of one choice.
+/// A whole chat answer (`chat.completion`).
 #[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Completion_{C}")]
-pub struct Completion<C> {
+pub struct ChatCompletion {
     #[serde(flatten)]
     pub head: Head,
-    pub choices: Vec<C>,
+    pub choices: Vec<ChatChoice>,
     pub usage: Usage,
 }
 
-/// One streamed chunk; `choices` is empty in the last one, which carries `usage`.
+/// One chunk of a streamed chat answer (`chat.completion.chunk`); `choices` is empty in the
+/// last one, which carries `usage`.
 #[derive(Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Chunk_{C}")]
-pub struct Chunk<C> {
+pub struct ChatCompletionChunk {
     #[serde(flatten)]
     pub head: Head,
-    pub choices: Vec<C>,
+    pub choices: Vec<DeltaChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// A whole text completion (`text_completion`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TextCompletion {
+    #[serde(flatten)]
+    pub head: Head,
+    pub choices: Vec<TextChoice>,
+    pub usage: Usage,
+}
+
+/// One chunk of a streamed text completion (`text_completion`), as [`ChatCompletionChunk`].
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TextCompletionChunk {
+    #[serde(flatten)]
+    pub head: Head,
+    pub choices: Vec<TextChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
