@@ -24,6 +24,9 @@
 //! the hub's estimate), and the file's size once it is in place and its sha256 checked; then
 //! `{"status": "success"}`. A cached file answers at once; any other name is a 404, and no name
 //! from a request is ever used as a path.
+//!
+//! Every body sent is one of [`crate::responses::ollama`]'s types, the ones `/openapi.json`
+//! describes.
 
 use std::time::{Duration, SystemTime};
 

@@ -16,6 +16,8 @@
 //! ([`crate::api::limits`]). A body is parsed twice (route fields, then [`Common`]) rather than
 //! through `serde(flatten)`, which would buffer it whole as a `Content` tree. A completion's
 //! `suffix` fills in the middle, as Ollama's OpenAI route does ([`engine::fim::suffix_prompt`]).
+//! Every body sent is one of [`crate::responses::openai`]'s types, the ones `/openapi.json`
+//! describes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
