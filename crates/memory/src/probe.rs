@@ -22,7 +22,7 @@ pub enum BudgetSource {
 impl std::fmt::Display for BudgetSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BudgetSource::Flag => write!(f, "--ram"),
+            BudgetSource::Flag => write!(f, "the limit given"),
             BudgetSource::CgroupV2(p) => write!(f, "cgroup v2 limit {}", p.display()),
             BudgetSource::CgroupV1(p) => write!(f, "cgroup v1 limit {}", p.display()),
             BudgetSource::MemAvailable => write!(f, "MemAvailable in /proc/meminfo"),

@@ -125,9 +125,17 @@ pub const MAX_HEADS: usize = 4096;
 pub const MAX_HEAD_DIM: usize = 4096;
 
 impl ModelConfig {
-    /// Context used when none is asked for: the training context, at most [`DEFAULT_CTX_MAX`].
-    pub fn default_n_ctx(&self) -> usize {
-        self.n_ctx_train.clamp(1, DEFAULT_CTX_MAX)
+    /// The context a run uses when none is asked for: the training context, at most
+    /// [`DEFAULT_CTX_MAX`], and at least `needed` (the least context the job needs: its prompt
+    /// and one more position). The one place this default is decided: the runtime's planner,
+    /// its session and the CLI's drafter sizing all ask here.
+    pub fn default_n_ctx(&self, needed: usize) -> usize {
+        self.n_ctx_train.clamp(1, DEFAULT_CTX_MAX).max(needed)
+    }
+
+    /// The context of a run that asked for `asked` (`None`: [`ModelConfig::default_n_ctx`]).
+    pub fn n_ctx_or_default(&self, asked: Option<usize>, needed: usize) -> usize {
+        asked.unwrap_or_else(|| self.default_n_ctx(needed))
     }
 
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {

@@ -69,8 +69,11 @@ pub enum ModelError {
     BadToken { token: u32, n_vocab: usize },
     #[error("sequence {seq} does not exist (this context holds {n_seq_max} sequences)")]
     BadSeq { seq: usize, n_seq_max: usize },
-    #[error("position {pos} is past the context length {n_ctx}; use a larger --ctx")]
+    #[error("position {pos} is past the context length {n_ctx}")]
     ContextFull { pos: usize, n_ctx: usize },
+    /// Every block of the KV cache is held by a sequence.
+    #[error("the KV cache is full: all {blocks} blocks of {block_bytes} bytes are in use")]
+    KvFull { blocks: usize, block_bytes: usize },
     #[error("batch asks for {requested} logit rows but the context was created for {max}")]
     TooManyOutputs { requested: usize, max: usize },
     #[error("kernel: {0}")]

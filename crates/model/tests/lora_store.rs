@@ -123,7 +123,7 @@ fn a_full_pool_demotes_the_least_recently_used_unpinned_adapter_first() {
     // Every page pinned: a clear error, nothing loaded.
     let l2 = store.acquire("a2").unwrap();
     let e = store.acquire("a3").unwrap_err().to_string();
-    assert!(e.contains("pool full") && e.contains("--max-loras"), "{e}");
+    assert!(e.contains("pool full") && e.contains("fewer adapters"), "{e}");
     assert_eq!(tier("a3"), Tier::Cold);
 
     // Unregistering a pinned adapter frees its pages with its last lease.

@@ -482,7 +482,7 @@ pub fn choose(
     w: &Wants,
 ) -> Result<Choice, Box<DoesNotFit>> {
     let usable = budget.saturating_sub(headroom(budget));
-    let default_ctx = c.default_n_ctx().max(w.n_ctx_min);
+    let default_ctx = c.default_n_ctx(w.n_ctx_min);
     let ctxs: Vec<usize> = match w.n_ctx {
         Some(c) => vec![c],
         None => {
@@ -645,13 +645,15 @@ pub struct DoesNotFit {
     pub alternatives: Vec<Alternative>,
 }
 
-impl std::fmt::Display for DoesNotFit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl DoesNotFit {
+    /// What does not fit, with the numbers (`ctx 4096, KV f16, mmap needs 7.1 GiB (weights …)
+    /// but only 5.2 GiB is usable (6.0 GiB budget)`); the alternatives are for the caller to word
+    /// in its own options.
+    pub fn facts(&self) -> String {
         let p = &self.prediction;
-        write!(
-            f,
+        format!(
             "{} needs {} (weights {}, KV cache {}, activations {}, tokenizer {}, process {}) but \
-             only {} is usable ({} budget); ",
+             only {} is usable ({} budget)",
             describe(&self.request),
             fmt_bytes(p.total),
             fmt_bytes(p.weights),
@@ -661,24 +663,31 @@ impl std::fmt::Display for DoesNotFit {
             fmt_bytes(p.overhead),
             fmt_bytes(self.usable),
             fmt_bytes(self.budget),
-        )?;
+        )
+    }
+
+    /// What to do: `try A, or B` with each alternative in `word`s (the caller names its own
+    /// options), or `none` when no smaller configuration fits.
+    pub fn advice(&self, word: impl Fn(Alternative) -> String, none: &str) -> String {
         if self.alternatives.is_empty() {
-            return f.write_str(
-                "no smaller configuration fits: give it more memory (--ram) or use a smaller model",
-            );
+            return format!("no smaller configuration fits: {none}");
         }
-        let options: Vec<String> = self
-            .alternatives
-            .iter()
-            .map(|a| match *a {
-                Alternative::Context(n, t) => format!("--ctx {n} ({})", fmt_bytes(t)),
-                Alternative::Kv(k, t) => format!("--kv {k} ({})", fmt_bytes(t)),
-                Alternative::Stream(t) => {
-                    format!("--load stream ({} with no layer pinned)", fmt_bytes(t))
-                }
-            })
-            .collect();
-        write!(f, "try {}", options.join(", or "))
+        let options: Vec<String> = self.alternatives.iter().map(|&a| word(a)).collect();
+        format!("try {}", options.join(", or "))
+    }
+}
+
+impl std::fmt::Display for DoesNotFit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let word = |a| match a {
+            Alternative::Context(n, t) => format!("a context of {n} ({})", fmt_bytes(t)),
+            Alternative::Kv(k, t) => format!("KV {k} ({})", fmt_bytes(t)),
+            Alternative::Stream(t) => {
+                format!("streaming layers ({} with no layer pinned)", fmt_bytes(t))
+            }
+        };
+        let advice = self.advice(word, "give it more memory or use a smaller model");
+        write!(f, "{}; {advice}", self.facts())
     }
 }
 
@@ -923,7 +932,10 @@ pub(crate) mod tests {
         let mut w = wants();
         w.residency = Some(Residency::Mmap);
         let e = choose(&c, &m, 3 << 30, &w).unwrap_err().to_string();
-        assert!(e.contains("needs") && e.contains("usable") && e.contains("--load stream"), "{e}");
+        assert!(
+            e.contains("needs") && e.contains("usable") && e.contains("streaming layers"),
+            "{e}"
+        );
         let e = choose(&c, &m, 200 << 20, &wants()).unwrap_err();
         assert!(e.alternatives.is_empty() && e.prediction.total > e.usable, "{e:?}");
         let e = e.to_string();

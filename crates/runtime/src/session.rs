@@ -44,11 +44,14 @@ pub enum RuntimeError {
     #[error("the prompt needs {needed} positions of context but the context holds {n_ctx}")]
     PromptTooLong { needed: usize, n_ctx: usize },
     /// Nothing fits the memory budget.
-    #[error("{fit} (budget from {source_name})")]
-    DoesNotFit { fit: Box<DoesNotFit>, source_name: String },
+    #[error("{fit} (budget from {from})")]
+    DoesNotFit { fit: Box<DoesNotFit>, from: probe::BudgetSource },
     /// The operating system refused to lock or map the weights as planned.
     #[error("making the weights resident: {0}")]
     Residency(String),
+    /// The weights could not be locked in memory (`Residency::Mlock`).
+    #[error("making the weights resident: {0}")]
+    Lock(#[from] memory::residency::LockError),
 }
 
 /// A model resolved to its file and loaded with its tokenizer.
@@ -159,12 +162,17 @@ impl Planned {
     /// One line: the configuration, why, and the budget (`ctx 4096, KV f16, mmap — predicted
     /// peak … fits …; budget 6.00 GiB from cgroup v1 …`).
     pub fn summary(&self) -> String {
+        self.summary_from(&self.budget.source.to_string())
+    }
+
+    /// [`Planned::summary`] with the budget's source in the caller's words (a front end names
+    /// its own option for a budget it was given).
+    pub fn summary_from(&self, source: &str) -> String {
         format!(
-            "{} — {}; budget {} from {}",
+            "{} — {}; budget {} from {source}",
             plan::describe(&self.choice.request),
             self.choice.reason,
             plan::fmt_bytes(self.budget.bytes),
-            self.budget.source
         )
     }
 }
@@ -179,7 +187,7 @@ pub fn plan(
     n_kv: Option<usize>,
 ) -> Result<(ContextParams, Planned), RuntimeError> {
     let c = &model.config;
-    let n_ctx = o.n_ctx.unwrap_or_else(|| c.default_n_ctx().max(needed));
+    let n_ctx = c.n_ctx_or_default(o.n_ctx, needed);
     let n_threads = o.n_threads.unwrap_or_else(default_threads);
     for (v, what) in
         [(n_ctx, "context length"), (n_threads, "thread count"), (o.n_ubatch, "micro-batch")]
@@ -216,7 +224,7 @@ pub fn plan(
         ..ModelFacts::from_gguf(&model.file, c)
     };
     let choice = plan::choose(c, &facts, budget.bytes, &wants)
-        .map_err(|fit| RuntimeError::DoesNotFit { fit, source_name: budget.source.to_string() })?;
+        .map_err(|fit| RuntimeError::DoesNotFit { fit, from: budget.source.clone() })?;
     let params = choice.request.context_params(ContextParams {
         kv_window: o.kv_window,
         kv_sinks: o.kv_sinks,
@@ -255,7 +263,7 @@ impl Planned {
         let (pinned, lock) = match request.residency {
             Residency::Mlock => {
                 residency::populate(map);
-                residency::lock_all(map).map_err(RuntimeError::Residency)?;
+                residency::lock_all(map)?;
                 (n_layer, true)
             }
             Residency::Populate => {

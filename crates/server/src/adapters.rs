@@ -58,9 +58,11 @@ use engine::scheduler::JobAdapters;
 use model::lora::{AdapterInfo, AdapterStore, LoraError, Tier};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::error::{body_bytes, from_json, ApiError, Style};
+use crate::flags::{LORA_DIR, MAX_LORAS};
+use crate::responses::llama::{LoraAdapter, Success};
+use crate::responses::snug;
 use crate::Shared;
 
 /// One entry of llama-server's `lora` list (a request's field and `POST /lora-adapters`'
@@ -230,12 +232,17 @@ pub fn register_opened(
     store.register_file(name, real, f)
 }
 
-fn tier_name(t: Tier) -> &'static str {
+fn tier(t: Tier) -> snug::Tier {
     match t {
-        Tier::Hot => "hot",
-        Tier::Warm => "warm",
-        Tier::Cold => "cold",
+        Tier::Hot => snug::Tier::Hot,
+        Tier::Warm => snug::Tier::Warm,
+        Tier::Cold => snug::Tier::Cold,
     }
+}
+
+/// A file's name, never its directory (which tells a client about the server's filesystem).
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 impl Adapters {
@@ -378,18 +385,18 @@ impl Adapters {
         })
     }
 
-    fn info_json(&self, a: &AdapterInfo) -> Value {
-        json!({
-            "name": a.name,
-            "model": self.model_name(&a.name),
-            "file": a.path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default(),
-            "rank": a.rank,
-            "alpha": a.alpha,
-            "bytes_hot": a.bytes_hot,
-            "tier": tier_name(a.tier),
-            "leases": a.leases,
-            "default_scale": self.defaults().get(&a.name).copied().unwrap_or(0.0),
-        })
+    fn answer(&self, a: &AdapterInfo) -> snug::Adapter {
+        snug::Adapter {
+            name: a.name.clone(),
+            model: self.model_name(&a.name),
+            file: file_name(&a.path),
+            rank: a.rank,
+            alpha: a.alpha as f64,
+            bytes_hot: a.bytes_hot,
+            tier: tier(a.tier),
+            leases: a.leases,
+            default_scale: self.defaults().get(&a.name).copied().unwrap_or(0.0) as f64,
+        }
     }
 }
 
@@ -425,13 +432,13 @@ fn lease_error(style: Style, name: &str, e: LoraError) -> ApiError {
         LoraError::PoolFull { ref source, .. } if source.adapter == 0 => ApiError::new(
             style,
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("adapter {name:?} is larger than the whole adapter share ({e}): serve with a larger --max-loras"),
+            format!("adapter {name:?} is larger than the whole adapter share ({e}): serve with a larger {MAX_LORAS}"),
         ),
         LoraError::PoolFull { .. } => {
             let mut err = ApiError::new(
                 style,
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("adapter {name:?} cannot be made hot: the adapters running requests use hold the whole adapter share ({e}); retry shortly, or serve with a larger --max-loras"),
+                format!("adapter {name:?} cannot be made hot: the adapters running requests use hold the whole adapter share ({e}); retry shortly, or serve with a larger {MAX_LORAS}"),
             )
             .with_code("adapters_busy");
             err.retry_after = Some(1);
@@ -477,8 +484,8 @@ const S: Style = Style::OpenAi;
 
 /// `GET /v1/adapters`.
 pub async fn list(State(st): Shared) -> Response {
-    let data: Vec<Value> = st.adapters.list().iter().map(|a| st.adapters.info_json(a)).collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    let data = st.adapters.list().iter().map(|a| st.adapters.answer(a)).collect();
+    axum::Json(snug::AdapterList { object: "list", data }).into_response()
 }
 
 /// `POST /v1/adapters`: registers a file of `--lora-dir` (201 with its entry).
@@ -487,7 +494,7 @@ pub async fn add(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Resp
         let req: AddRequest = from_json(S, &body_bytes(S, body)?)?;
         let info = st.adapters.register_file(req.name, &req.file).await?;
         Ok::<_, ApiError>(
-            (StatusCode::CREATED, axum::Json(st.adapters.info_json(&info))).into_response(),
+            (StatusCode::CREATED, axum::Json(st.adapters.answer(&info))).into_response(),
         )
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
@@ -499,7 +506,7 @@ impl Adapters {
         self.dir.as_deref().ok_or_else(|| {
             ApiError::bad_request(
                 S,
-                "this server has no adapter directory: start it with --lora-dir DIR to add adapters",
+                format!("this server has no adapter directory: start it with {LORA_DIR} DIR to add adapters"),
             )
         })
     }
@@ -563,7 +570,7 @@ impl Adapters {
             Err(None) => {
                 return Err(ApiError::bad_request(
                     S,
-                    format!("{file:?} is larger than the whole adapter share: serve with a larger --max-loras, or with it in --lora-dir at start (the share is sized for the largest file there)"),
+                    format!("{file:?} is larger than the whole adapter share: serve with a larger {MAX_LORAS}, or with it in {LORA_DIR} at start (the share is sized for the largest file there)"),
                 ))
             }
             Err(Some(e)) => {
@@ -603,18 +610,16 @@ pub async fn remove(
 /// scale each applies with by default.
 pub async fn lora_list(State(st): Shared) -> Response {
     let d = st.adapters.defaults().clone();
-    let v: Vec<Value> = st
+    let v: Vec<LoraAdapter> = st
         .adapters
         .list()
         .iter()
         .enumerate()
-        .map(|(id, a)| {
-            json!({
-                "id": id,
-                "path": a.path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default(),
-                "name": a.name,
-                "scale": d.get(&a.name).copied().unwrap_or(0.0),
-            })
+        .map(|(id, a)| LoraAdapter {
+            id,
+            path: file_name(&a.path),
+            name: a.name.clone(),
+            scale: d.get(&a.name).copied().unwrap_or(0.0) as f64,
         })
         .collect();
     axum::Json(v).into_response()
@@ -638,7 +643,7 @@ pub async fn lora_set(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
             named.push((a.name.clone(), e.scale));
         }
         st.adapters.defaults().extend(named);
-        Ok::<_, ApiError>(axum::Json(json!({"success": true})).into_response())
+        Ok::<_, ApiError>(axum::Json(Success { success: true }).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

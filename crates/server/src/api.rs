@@ -20,6 +20,7 @@ use engine::scheduler::{self, Event, Finish, JobAdapters, Refused, Ticket};
 
 use crate::adapters::LoraScale;
 use crate::error::{ApiError, Style};
+use crate::flags::CTX;
 use crate::{adapters, AppState};
 
 pub mod limits;
@@ -395,7 +396,7 @@ impl Settings {
         if let Some(c) = self.num_ctx.filter(|&c| c > n_ctx) {
             return Err(ApiError::bad_request(
                 style,
-                format!("options.num_ctx is {c}, but this server's context is {n_ctx} positions, fixed when it starts (snug serve --ctx); ask for at most {n_ctx}"),
+                format!("options.num_ctx is {c}, but this server's context is {n_ctx} positions, fixed when it starts ({CTX}); ask for at most {n_ctx}"),
             ));
         }
         if let Some(&(t, _)) = self.logit_bias.iter().find(|&&(t, _)| t as usize >= n_vocab) {

@@ -18,72 +18,19 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use model::config::Pooling;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::api::limits;
 use crate::error::{body_bytes, from_json, ApiError, Style};
-use crate::openapi::{json_content, schema_of, ExtraRoute};
+use crate::flags::CTX;
+use crate::responses::ollama;
+use crate::responses::openai::{self, EmbeddingList, EmbeddingUsage, Vector};
 use crate::AppState;
 use crate::Shared;
 use engine::scheduler::{Event, FinishReason};
-
-/// The routes of this module (wired beside the core APIs by [`crate::router`]).
-pub fn routes() -> Router<std::sync::Arc<AppState>> {
-    Router::new()
-        .route("/v1/embeddings", post(openai))
-        .route("/api/embed", post(ollama))
-        .route("/api/embeddings", post(legacy))
-}
-
-/// This module's routes for `/openapi.json`.
-pub fn openapi_routes(g: &mut schemars::SchemaGenerator) -> Vec<ExtraRoute> {
-    let int = json!({"type": "integer", "minimum": 0});
-    let string = json!({"type": "string"});
-    let vector = json!({"type": "array", "items": {"type": "number"}});
-    let obj = |required: &[&str], props: Value| json!({"type": "object", "required": required, "properties": props});
-    let list = obj(
-        &["object", "data", "model", "usage"],
-        json!({
-            "object": string, "model": string,
-            "data": {"type": "array", "items": obj(&["object", "index", "embedding"], json!({
-                "object": string, "index": int, "embedding": {"oneOf": [vector, string]},
-            }))},
-            "usage": obj(&["prompt_tokens", "total_tokens"], json!({"prompt_tokens": int, "total_tokens": int})),
-        }),
-    );
-    let embed = obj(
-        &["model", "embeddings"],
-        json!({
-            "model": string, "embeddings": {"type": "array", "items": vector},
-            "total_duration": int, "load_duration": int, "prompt_eval_count": int,
-        }),
-    );
-    vec![
-        ExtraRoute {
-            path: "/v1/embeddings",
-            summary: "OpenAI embeddings: one L2-normalised vector per input (floats, or base64 of little-endian f32)",
-            body: schema_of::<OpenAiRequest>(g),
-            ok: json_content(list),
-        },
-        ExtraRoute {
-            path: "/api/embed",
-            summary: "Ollama embeddings: one L2-normalised vector per input",
-            body: schema_of::<EmbedRequest>(g),
-            ok: json_content(embed),
-        },
-        ExtraRoute {
-            path: "/api/embeddings",
-            summary: "Ollama's legacy embedding of `prompt` (not normalised)",
-            body: schema_of::<LegacyRequest>(g),
-            ok: json_content(obj(&["embedding"], json!({"embedding": vector}))),
-        },
-    ]
-}
 
 /// Inputs of one request at most (OpenAI's bound).
 pub const MAX_INPUTS: usize = 2048;
@@ -379,7 +326,7 @@ impl Embed {
                     return Err(ApiError::bad_request(
                         style,
                         format!(
-                            "input[{i}] has {} tokens, more than the {max} an input may have in this server's context of {} (snug serve --ctx); shorten it{hint}",
+                            "input[{i}] has {} tokens, more than the {max} an input may have in this server's context of {} ({CTX}); shorten it{hint}",
                             t.len(),
                             app.engine.n_ctx,
                         ),
@@ -494,21 +441,22 @@ pub async fn openai(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
         let (req, vecs, n_prompt, _) =
             run(&st, body_bytes(s, body)?, Embed::decode_openai, s).await?;
         let base64 = matches!(req.shape, Shape::OpenAi { base64: true });
-        let data: Vec<Value> = vecs
-            .iter()
+        let data = vecs
+            .into_iter()
             .enumerate()
-            .map(|(i, v)| {
-                let e = if base64 { json!(base64_f32(v)) } else { json!(v) };
-                json!({"object": "embedding", "index": i, "embedding": e})
+            .map(|(index, v)| {
+                let embedding =
+                    if base64 { Vector::Base64(base64_f32(&v)) } else { Vector::Floats(v) };
+                openai::Embedding { object: "embedding", index, embedding }
             })
             .collect();
         Ok::<_, ApiError>(
-            axum::Json(json!({
-                "object": "list",
-                "data": data,
-                "model": st.answer_model(req.model.as_deref()),
-                "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt},
-            }))
+            axum::Json(EmbeddingList {
+                object: "list",
+                data,
+                model: st.answer_model(req.model.as_deref()),
+                usage: EmbeddingUsage { prompt_tokens: n_prompt, total_tokens: n_prompt },
+            })
             .into_response(),
         )
     };
@@ -526,13 +474,13 @@ pub async fn ollama(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
         let (req, vecs, n_prompt, took) =
             run(&st, body_bytes(s, body)?, Embed::decode_ollama, s).await?;
         Ok::<_, ApiError>(
-            axum::Json(json!({
-                "model": st.answer_model(req.model.as_deref()),
-                "embeddings": vecs,
-                "total_duration": ns(took),
-                "load_duration": 0,
-                "prompt_eval_count": n_prompt,
-            }))
+            axum::Json(ollama::Embed {
+                model: st.answer_model(req.model.as_deref()),
+                embeddings: vecs,
+                total_duration: ns(took),
+                load_duration: 0,
+                prompt_eval_count: n_prompt,
+            })
             .into_response(),
         )
     };
@@ -544,8 +492,8 @@ pub async fn legacy(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
     let s = Style::Ollama;
     let go = async {
         let (_, mut vecs, _, _) = run(&st, body_bytes(s, body)?, Embed::decode_legacy, s).await?;
-        let v = vecs.pop().unwrap_or_default();
-        Ok::<_, ApiError>(axum::Json(json!({ "embedding": v })).into_response())
+        let embedding = vecs.pop().unwrap_or_default();
+        Ok::<_, ApiError>(axum::Json(ollama::Embedding { embedding }).into_response())
     };
     go.await.unwrap_or_else(IntoResponse::into_response)
 }

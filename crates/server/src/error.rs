@@ -1,13 +1,17 @@
 //! Errors in each API's own shape, and the first steps of reading a request body into one of
 //! them: its bytes (a 413 past the size limit) and its JSON (a 400 naming the field at fault).
-//! Every module that answers HTTP uses these; this one uses none of them.
+//! Every module that answers HTTP uses these; this one uses none of them but the bodies'
+//! types ([`crate::responses`]) and the option names ([`crate::flags`]).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
+
+use crate::flags::MAX_BODY;
+use crate::responses::ollama::OllamaError;
+use crate::responses::openai::{ErrorDetail, OpenAiError};
 
 /// Which API's error shape a response takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +61,12 @@ impl ApiError {
         ApiError::new(style, StatusCode::BAD_REQUEST, message)
     }
 
+    /// A body past the size limit (413).
+    pub fn too_large(style: Style) -> ApiError {
+        let msg = format!("the request body is larger than this server accepts ({MAX_BODY})");
+        ApiError::new(style, StatusCode::PAYLOAD_TOO_LARGE, msg).with_code("invalid_body")
+    }
+
     pub(crate) fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);
         self
@@ -75,16 +85,20 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = match self.style {
-            Style::OpenAi => json!({"error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": null,
-                "code": self.code,
-            }}),
-            Style::Ollama => json!({ "error": self.message }),
+        let mut resp = match self.style {
+            Style::OpenAi => {
+                let error = ErrorDetail {
+                    message: self.message,
+                    kind: self.kind,
+                    param: None,
+                    code: self.code,
+                };
+                (self.status, axum::Json(OpenAiError { error })).into_response()
+            }
+            Style::Ollama => {
+                (self.status, axum::Json(OllamaError { error: self.message })).into_response()
+            }
         };
-        let mut resp = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
@@ -95,11 +109,10 @@ impl IntoResponse for ApiError {
 /// A request body's bytes, or the error in the route's shape (413 past the size limit).
 pub fn body_bytes(style: Style, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|r| {
-        let msg = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is larger than this server accepts (--max-body)".to_string()
-        } else {
-            format!("reading the request body: {}", r.body_text())
-        };
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::too_large(style);
+        }
+        let msg = format!("reading the request body: {}", r.body_text());
         ApiError::new(style, r.status(), msg).with_code("invalid_body")
     })
 }

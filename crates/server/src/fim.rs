@@ -5,29 +5,26 @@
 //! and comes back in llama-server's shape. Ollama's and OpenAI's `suffix` build their prompt
 //! with [`engine::fim::suffix_prompt`] in their own handlers.
 //!
-//! The route is wired beside the core APIs by the crate root ([`routes`]), and described in
-//! `/openapi.json` through [`crate::openapi::register`], so this module depends on them and not
-//! the reverse. Cost: two tokenizations per request, then a completion.
+//! The route is listed in the route table ([`crate::routes`]) with its request and answer
+//! types. Cost: two tokenizations per request, then a completion.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use engine::fim::{infill_prompt, Extra, FimTokens};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::api::limits;
 use crate::api::{collect, event_body, streamed, Knobs, Settings};
 use crate::error::{body_bytes, from_json, ApiError, Style};
-use crate::openapi::{json_or_stream, schema_of, ExtraRoute};
-use crate::AppState;
+use crate::responses::llama::{
+    InfillEnd, InfillRecord, LlamaError, LlamaErrorDetail, StopType, Timings,
+};
+use crate::responses::sse;
 use crate::Shared;
 use engine::scheduler::{Event, Finish, FinishReason};
 
@@ -37,28 +34,6 @@ const S: Style = Style::OpenAi;
 pub const MAX_EXTRA: usize = 256;
 
 use engine::fim::N_BATCH;
-
-/// The routes of this module.
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/infill", post(infill))
-}
-
-/// This module's routes for `/openapi.json`.
-pub fn openapi_routes(g: &mut schemars::SchemaGenerator) -> Vec<ExtraRoute> {
-    let int = json!({"type": "integer", "minimum": 0});
-    let answer = json!({"type": "object", "required": ["content", "stop"], "properties": {
-        "index": int, "content": {"type": "string"}, "tokens": {"type": "array", "items": int},
-        "stop": {"type": "boolean"}, "model": {"type": "string"}, "stop_type": {"type": "string"},
-        "stopping_word": {"type": "string"}, "truncated": {"type": "boolean"},
-        "tokens_predicted": int, "tokens_evaluated": int, "timings": {"type": "object"},
-    }});
-    vec![ExtraRoute {
-        path: "/infill",
-        summary: "llama-server's fill-in-the-middle: the text between `input_prefix` and `input_suffix` (SSE records with `stream: true`; a model without FIM tokens is a 400)",
-        body: schema_of::<InfillRequest>(g),
-        ok: json_or_stream(answer, "text/event-stream"),
-    }]
-}
 
 /// One `input_extra` chunk as the spec describes it.
 #[derive(JsonSchema)]
@@ -192,11 +167,11 @@ impl Infill {
 }
 
 /// llama-server's `stop_type`.
-fn stop_type(r: FinishReason) -> &'static str {
+fn stop_type(r: FinishReason) -> StopType {
     match r {
-        FinishReason::Stop => "eos",
-        FinishReason::Length | FinishReason::ContextFull => "limit",
-        FinishReason::Aborted => "none",
+        FinishReason::Stop => StopType::Eos,
+        FinishReason::Length | FinishReason::ContextFull => StopType::Limit,
+        FinishReason::Aborted => StopType::None,
     }
 }
 
@@ -205,19 +180,20 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// The fields of llama-server's last record: counts, why it stopped, timings.
-fn final_fields(v: &mut Value, f: &Finish) {
-    v["stop"] = json!(true);
-    v["stop_type"] = json!(stop_type(f.reason));
-    v["stopping_word"] = json!("");
-    v["truncated"] = json!(false);
-    v["tokens_predicted"] = json!(f.n_gen);
-    v["tokens_evaluated"] = json!(f.n_prompt);
-    v["timings"] = json!({
-        "prompt_n": f.n_prompt,
-        "prompt_ms": ms(f.prompt),
-        "predicted_n": f.n_gen,
-        "predicted_ms": ms(f.generation),
-    });
+fn end(f: &Finish) -> InfillEnd {
+    InfillEnd {
+        stop_type: stop_type(f.reason),
+        stopping_word: "",
+        truncated: false,
+        tokens_predicted: f.n_gen,
+        tokens_evaluated: f.n_prompt,
+        timings: Timings {
+            prompt_n: f.n_prompt,
+            prompt_ms: ms(f.prompt),
+            predicted_n: f.n_gen,
+            predicted_ms: ms(f.generation),
+        },
+    }
 }
 
 /// `POST /infill`: llama-server's answer shape (`content`, `stop`, `tokens_predicted`…), one
@@ -251,28 +227,26 @@ pub async fn infill(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
         let model = st.answer_model(req.model.as_deref());
         let adapters = st.adapter_set(S, req.model.as_deref(), None).await?;
         let (rx, _) = st.submit(S, ticket, prompt, req.settings, adapters, None)?;
-        let record = move |content: &str| json!({"index": 0, "content": content, "tokens": [], "stop": false, "model": model});
+        let record = move |content: String, end: Option<InfillEnd>| InfillRecord {
+            index: 0,
+            content,
+            tokens: Vec::new(),
+            stop: end.is_some(),
+            model: model.clone(),
+            end,
+        };
         if req.stream {
-            let body = event_body(rx, move |ev| {
-                let v = match ev {
-                    Event::Text(t) => record(&t),
-                    Event::Done(f) => {
-                        let mut v = record("");
-                        final_fields(&mut v, &f);
-                        v
-                    }
-                    Event::Failed(e) => {
-                        json!({"error": {"code": 500, "message": e, "type": "server_error"}})
-                    }
-                };
-                format!("data: {v}\n\n")
+            let body = event_body(rx, move |ev| match ev {
+                Event::Text(t) => sse(&record(t, None)),
+                Event::Done(f) => sse(&record(String::new(), Some(end(&f)))),
+                Event::Failed(message) => sse(&LlamaError {
+                    error: LlamaErrorDetail { code: 500, message, kind: "server_error" },
+                }),
             });
             return Ok(streamed("text/event-stream", body));
         }
         let (text, f) = collect(S, rx).await?;
-        let mut v = record(&text);
-        final_fields(&mut v, &f);
-        Ok::<_, ApiError>(axum::Json(v).into_response())
+        Ok::<_, ApiError>(axum::Json(record(text, Some(end(&f)))).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

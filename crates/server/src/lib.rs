@@ -24,8 +24,11 @@
 //! there, and SIGTERM drains (503 to new work, `--drain-timeout` for the rest, then exit 0);
 //! `/metrics` carries the gateway's protocol gauges under vLLM's names ([`metrics::vllm`]).
 //!
-//! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`
-//! ([`openapi`], the spec of every route, from the request structs), fill-in-the-middle
+//! The HTTP surface has one owner: the route table ([`routes::table`]) lists each path, its
+//! handler, and the types it reads and answers ([`responses`]: the handlers send those
+//! structs), and both the router and `/openapi.json` ([`openapi`]) are built from it.
+//!
+//! Beside the generation routes: `/health`, `/metrics` ([`metrics`]), `/openapi.json`, fill-in-the-middle
 //! ([`fim`]: llama-server's `/infill`, the `suffix` of `/api/generate` and `/v1/completions`),
 //! embeddings ([`embeddings`]: `/v1/embeddings`, `/api/embed`, `/api/embeddings`, run as
 //! scheduler jobs beside generation), Ollama's `/api/pull`,
@@ -54,6 +57,7 @@ pub mod api;
 pub mod embeddings;
 pub mod error;
 pub mod fim;
+pub mod flags;
 pub mod logprobs;
 pub mod metrics;
 pub mod ollama;
@@ -61,6 +65,7 @@ pub mod openai;
 pub mod openapi;
 pub mod replica;
 pub mod requests;
+pub mod responses;
 pub mod routes;
 pub mod tools;
 pub mod transport;
@@ -419,16 +424,10 @@ pub fn serve<R: 'static>(
     })
 }
 
-/// Every route of a server on `state` (the APIs and the replica's, [`replica::routes`]);
-/// bodies above `max_body` bytes are refused with 413.
+/// Every route of a server on `state` ([`routes::table`]); bodies above `max_body` bytes are
+/// refused with 413.
 pub fn router(state: Arc<AppState>, max_body: usize) -> axum::Router {
-    openapi::register(|g| {
-        let mut r = fim::openapi_routes(g);
-        r.extend(embeddings::openapi_routes(g));
-        r
-    });
-    let extra = replica::routes().merge(fim::routes()).merge(embeddings::routes());
-    routes::router(state, max_body, extra)
+    routes::router(state, max_body)
 }
 
 /// Everything [`serve`] serves, before it binds: the scheduler running on a context of

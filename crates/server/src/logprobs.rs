@@ -24,6 +24,8 @@ use engine::logprobs::{TokenLogprob, MAX_TOP};
 
 use serde_json::{json, Map, Value};
 use tokenizer::Tokenizer;
+
+use crate::responses::openai::{ChatLogprobs, LegacyLogprobs, TokenLogprob as Entry, TopLogprob};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// A token's text (invalid UTF-8 replaced) and its bytes.
@@ -33,20 +35,25 @@ fn piece(tok: &Tokenizer, id: u32) -> (String, &[u8]) {
 }
 
 /// A chat choice's `logprobs` for `tokens`: `{content: [...], refusal: null}`.
-pub fn chat(tok: &Tokenizer, tokens: &[TokenLogprob]) -> Value {
-    let entry = |id: u32, logprob: f32| {
-        let (text, bytes) = piece(tok, id);
-        json!({"token": text, "logprob": logprob, "bytes": bytes})
-    };
-    let content: Vec<Value> = tokens
+pub fn chat(tok: &Tokenizer, tokens: &[TokenLogprob]) -> ChatLogprobs {
+    let content = tokens
         .iter()
         .map(|t| {
-            let mut e = entry(t.token, t.logprob);
-            e["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
-            e
+            let (text, bytes) = piece(tok, t.token);
+            let token =
+                TopLogprob { token: text, logprob: t.logprob as f64, bytes: bytes.to_vec() };
+            let top_logprobs = t
+                .top
+                .iter()
+                .map(|&(id, lp)| {
+                    let (token, bytes) = piece(tok, id);
+                    TopLogprob { token, logprob: lp as f64, bytes: bytes.to_vec() }
+                })
+                .collect();
+            Entry { token, top_logprobs }
         })
         .collect();
-    json!({"content": content, "refusal": null})
+    ChatLogprobs { content, refusal: None }
 }
 
 /// Legacy completion `logprobs`, keeping the text offset across streamed chunks.
@@ -58,20 +65,25 @@ pub struct Legacy {
 
 impl Legacy {
     /// `{tokens, token_logprobs, top_logprobs, text_offset}` for the next `tokens`.
-    pub fn render(&mut self, tok: &Tokenizer, tokens: &[TokenLogprob]) -> Value {
-        let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    pub fn render(&mut self, tok: &Tokenizer, tokens: &[TokenLogprob]) -> LegacyLogprobs {
+        let mut out = LegacyLogprobs {
+            tokens: Vec::new(),
+            token_logprobs: Vec::new(),
+            top_logprobs: Vec::new(),
+            text_offset: Vec::new(),
+        };
         for t in tokens {
             let (text, bytes) = piece(tok, t.token);
-            offsets.push(self.offset);
+            out.text_offset.push(self.offset);
             // Characters start at every byte that is not a UTF-8 continuation byte.
             self.offset += bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count();
-            texts.push(text);
-            lps.push(t.logprob);
+            out.tokens.push(text);
+            out.token_logprobs.push(t.logprob as f64);
             let top: Map<String, Value> =
                 t.top.iter().map(|&(id, lp)| (piece(tok, id).0, json!(lp))).collect();
-            tops.push(Value::Object(top));
+            out.top_logprobs.push(top);
         }
-        json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+        out
     }
 }
 
@@ -91,32 +103,46 @@ pub fn asked(on: bool, top: Option<u32>, field: &str) -> Result<Option<usize>, S
 pub struct Rendering {
     rx: UnboundedReceiver<TokenLogprob>,
     tok: Arc<Tokenizer>,
-    /// `None`: chat's shape.
-    legacy: Option<Legacy>,
+    /// The text offset of the legacy shape.
+    legacy: Legacy,
 }
 
 impl Rendering {
-    pub fn new(rx: UnboundedReceiver<TokenLogprob>, tok: Arc<Tokenizer>, chat: bool) -> Rendering {
-        Rendering { rx, tok, legacy: (!chat).then(Legacy::default) }
+    pub fn new(rx: UnboundedReceiver<TokenLogprob>, tok: Arc<Tokenizer>) -> Rendering {
+        Rendering { rx, tok, legacy: Legacy::default() }
     }
 
     /// Every entry received since the last call (all of them once the job's `Done` arrived:
     /// entries are sent before the text they belong to).
-    pub fn take(&mut self) -> Value {
+    fn received(&mut self) -> Vec<TokenLogprob> {
         let mut got = Vec::new();
         while let Ok(t) = self.rx.try_recv() {
             got.push(t);
         }
-        match &mut self.legacy {
-            None => chat(&self.tok, &got),
-            Some(l) => l.render(&self.tok, &got),
-        }
+        got
+    }
+
+    /// The entries since the last call in chat's shape.
+    pub fn chat(&mut self) -> ChatLogprobs {
+        let got = self.received();
+        chat(&self.tok, &got)
+    }
+
+    /// The entries since the last call in the legacy completion's shape.
+    pub fn legacy(&mut self) -> LegacyLogprobs {
+        let got = self.received();
+        self.legacy.render(&self.tok, &got)
     }
 }
 
-/// [`Rendering::take`], or null when log-probabilities were not asked for.
-pub fn take(r: &mut Option<Rendering>) -> Value {
-    r.as_mut().map_or(Value::Null, Rendering::take)
+/// [`Rendering::chat`], or null when log-probabilities were not asked for.
+pub fn take_chat(r: &mut Option<Rendering>) -> Option<ChatLogprobs> {
+    r.as_mut().map(Rendering::chat)
+}
+
+/// [`Rendering::legacy`], or null when log-probabilities were not asked for.
+pub fn take_legacy(r: &mut Option<Rendering>) -> Option<LegacyLogprobs> {
+    r.as_mut().map(Rendering::legacy)
 }
 
 #[cfg(test)]

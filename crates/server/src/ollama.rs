@@ -24,6 +24,9 @@
 //! the hub's estimate), and the file's size once it is in place and its sha256 checked; then
 //! `{"status": "success"}`. A cached file answers at once; any other name is a 404, and no name
 //! from a request is ever used as a path.
+//!
+//! Every body sent is one of [`crate::responses::ollama`]'s types, the ones `/openapi.json`
+//! describes.
 
 use std::time::{Duration, SystemTime};
 
@@ -40,6 +43,11 @@ use tokenizer::ChatMessage;
 use crate::api::limits;
 use crate::api::{collect, event_body, rfc3339, streamed, Knobs, Settings};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
+use crate::responses::ndjson;
+use crate::responses::ollama::{
+    ChatRecord, Details, DoneReason, GenerateRecord, Message, OllamaError, Ps, PsModel, PullRecord,
+    Record, Show as ShowAnswer, Stats, TagModel, Tags, Version,
+};
 use crate::AppState;
 use crate::Shared;
 use engine::scheduler::{Event, Finish, FinishReason, Ticket};
@@ -425,11 +433,11 @@ impl Generate {
     }
 }
 
-fn done_reason(r: FinishReason) -> &'static str {
+fn done_reason(r: FinishReason) -> DoneReason {
     match r {
-        FinishReason::Stop => "stop",
-        FinishReason::Length | FinishReason::ContextFull => "length",
-        FinishReason::Aborted => "abort",
+        FinishReason::Stop => DoneReason::Stop,
+        FinishReason::Length | FinishReason::ContextFull => DoneReason::Length,
+        FinishReason::Aborted => DoneReason::Abort,
     }
 }
 
@@ -437,16 +445,16 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// The fields of the last record: why it ended, the counts and durations (ns).
-fn final_fields(v: &mut Value, f: &Finish) {
-    let total = f.queued + f.prompt + f.generation;
-    v["done_reason"] = json!(done_reason(f.reason));
-    v["total_duration"] = json!(ns(total));
-    v["load_duration"] = json!(ns(f.queued));
-    v["prompt_eval_count"] = json!(f.n_prompt);
-    v["prompt_eval_duration"] = json!(ns(f.prompt));
-    v["eval_count"] = json!(f.n_gen);
-    v["eval_duration"] = json!(ns(f.generation));
+/// The last record's counts and durations (ns).
+fn stats(f: &Finish) -> Stats {
+    Stats {
+        total_duration: ns(f.queued + f.prompt + f.generation),
+        load_duration: ns(f.queued),
+        prompt_eval_count: f.n_prompt,
+        prompt_eval_duration: ns(f.prompt),
+        eval_count: f.n_gen,
+        eval_duration: ns(f.generation),
+    }
 }
 
 /// Whether the answer is chat messages or plain `response` text.
@@ -456,29 +464,31 @@ enum Kind {
     Generate,
 }
 
-fn record(kind: Kind, model: &str, text: &str, done: bool) -> Value {
-    let mut v = json!({"model": model, "created_at": rfc3339(SystemTime::now()), "done": done});
+/// A record of `kind` holding `m` (on `/api/generate` its content is the `response` and its
+/// thinking `thinking`; it carries no calls), ending the answer when `end` is given: why, and
+/// the counts and durations.
+fn record(kind: Kind, model: &str, m: Message, end: Option<&Finish>) -> Record {
+    let (model, created_at, done) = (model.to_string(), rfc3339(SystemTime::now()), end.is_some());
+    let (done_reason, stats) = (end.map(|f| done_reason(f.reason)), end.map(stats));
     match kind {
-        Kind::Chat => v["message"] = json!({"role": "assistant", "content": text}),
-        Kind::Generate => v["response"] = json!(text),
+        Kind::Chat => {
+            Record::Chat(ChatRecord { model, created_at, done, message: m, done_reason, stats })
+        }
+        Kind::Generate => Record::Generate(GenerateRecord {
+            model,
+            created_at,
+            done,
+            response: m.content,
+            thinking: m.thinking,
+            done_reason,
+            stats,
+        }),
     }
-    v
 }
 
-/// A record holding `message` (`crate::tools::ollama_message`): as it is on `/api/chat`;
-/// on `/api/generate` its content is the `response` and its thinking `thinking`.
-fn message_record(kind: Kind, model: &str, mut m: Value) -> Value {
-    let mut v = record(kind, model, "", false);
-    match kind {
-        Kind::Chat => v["message"] = m,
-        Kind::Generate => {
-            v["response"] = m["content"].take();
-            if let Some(t) = m.get_mut("thinking") {
-                v["thinking"] = t.take();
-            }
-        }
-    }
-    v
+/// The answer's text as a message.
+fn text(t: String) -> Message {
+    Message::assistant(t)
 }
 
 /// Queues `prompt` with `settings` and answers as NDJSON records or one JSON object.
@@ -496,6 +506,7 @@ async fn respond(
     let adapters = st.adapter_set(S, asked, None).await?;
     let (rx, _) = st.submit(S, ticket, prompt, s, adapters, None)?;
     let model = st.answer_model(asked);
+    let failed = |error: String| ndjson(&OllamaError { error });
     if let Some(mut parser) = parser.take_if(|_| stream) {
         // Content and thinking as they come, each call whole once it ends.
         let mut calls = Vec::new();
@@ -503,60 +514,45 @@ async fn respond(
             let (pieces, done) = match ev {
                 Event::Text(t) => (crate::tools::pieces(&mut parser, Some(&t)), None),
                 Event::Done(f) => (crate::tools::pieces(&mut parser, None), Some(f)),
-                Event::Failed(e) => return format!("{}\n", json!({ "error": e })),
+                Event::Failed(e) => return failed(e),
             };
             let mut out = String::new();
             if let Some(m) = crate::tools::ollama_message(&pieces, &mut calls) {
-                out += &format!("{}\n", message_record(kind, &model, m));
+                out += &ndjson(&record(kind, &model, m, None));
             }
             if let Some(f) = done {
-                let mut v = record(kind, &model, "", true);
-                final_fields(&mut v, &f);
-                out += &format!("{v}\n");
+                out += &ndjson(&record(kind, &model, text(String::new()), Some(&f)));
             }
             out
         });
         return Ok(streamed("application/x-ndjson", body));
     }
     if let Some(mut parser) = parser {
-        let (text, f) = collect(S, rx).await?;
-        let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
+        let (t, f) = collect(S, rx).await?;
+        let mut pieces = crate::tools::pieces(&mut parser, Some(&t));
         pieces.extend(crate::tools::pieces(&mut parser, None));
         let o = engine::tools::ParsedOutput::gather(&pieces);
-        let mut v = record(kind, &model, &o.content, true);
-        if !o.reasoning.is_empty() {
-            match kind {
-                Kind::Chat => v["message"]["thinking"] = json!(o.reasoning),
-                Kind::Generate => v["thinking"] = json!(o.reasoning),
-            }
-        }
-        if !o.calls.is_empty() {
-            let calls: Vec<Value> =
-                o.calls.iter().map(|c| crate::tools::ollama_call(&c.name, &c.arguments)).collect();
-            v["message"]["tool_calls"] = json!(calls);
-        }
-        final_fields(&mut v, &f);
-        return Ok(axum::Json(v).into_response());
+        let m = Message {
+            thinking: (!o.reasoning.is_empty()).then(|| o.reasoning.clone()),
+            tool_calls: o
+                .calls
+                .iter()
+                .map(|c| crate::tools::ollama_call(&c.name, &c.arguments))
+                .collect(),
+            ..text(o.content)
+        };
+        return Ok(axum::Json(record(kind, &model, m, Some(&f))).into_response());
     }
     if stream {
-        let body = event_body(rx, move |ev| {
-            let v = match ev {
-                Event::Text(t) => record(kind, &model, &t, false),
-                Event::Done(f) => {
-                    let mut v = record(kind, &model, "", true);
-                    final_fields(&mut v, &f);
-                    v
-                }
-                Event::Failed(e) => json!({ "error": e }),
-            };
-            format!("{v}\n")
+        let body = event_body(rx, move |ev| match ev {
+            Event::Text(t) => ndjson(&record(kind, &model, text(t), None)),
+            Event::Done(f) => ndjson(&record(kind, &model, text(String::new()), Some(&f))),
+            Event::Failed(e) => failed(e),
         });
         return Ok(streamed("application/x-ndjson", body));
     }
-    let (text, f) = collect(S, rx).await?;
-    let mut v = record(kind, &model, &text, true);
-    final_fields(&mut v, &f);
-    Ok(axum::Json(v).into_response())
+    let (t, f) = collect(S, rx).await?;
+    Ok(axum::Json(record(kind, &model, text(t), Some(&f))).into_response())
 }
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
@@ -600,9 +596,16 @@ pub async fn generate(State(st): Shared, body: Result<Bytes, BytesRejection>) ->
         if prompt.is_empty() {
             // Ollama's way to load a model: it is loaded (no place in the queue is kept).
             drop(ticket);
-            let mut v = record(Kind::Generate, &st.card.name, "", true);
-            v["done_reason"] = json!("load");
-            return Ok(axum::Json(v).into_response());
+            return Ok(axum::Json(GenerateRecord {
+                model: st.card.name.clone(),
+                created_at: rfc3339(SystemTime::now()),
+                done: true,
+                response: String::new(),
+                thinking: None,
+                done_reason: Some(DoneReason::Load),
+                stats: None,
+            })
+            .into_response());
         }
         let model = req.model.as_deref();
         respond(&st, ticket, Kind::Generate, model, prompt, req.settings, req.stream).await
@@ -615,18 +618,18 @@ pub async fn root() -> &'static str {
 }
 
 pub async fn version() -> Response {
-    axum::Json(json!({ "version": OLLAMA_VERSION })).into_response()
+    axum::Json(Version { version: OLLAMA_VERSION }).into_response()
 }
 
-fn details(st: &AppState) -> Value {
-    json!({
-        "parent_model": "",
-        "format": "gguf",
-        "family": st.card.arch,
-        "families": [st.card.arch],
-        "parameter_size": st.card.parameter_size(),
-        "quantization_level": st.card.quant,
-    })
+fn details(st: &AppState, parent_model: String) -> Details {
+    Details {
+        parent_model,
+        format: "gguf",
+        family: st.card.arch.clone(),
+        families: vec![st.card.arch.clone()],
+        parameter_size: st.card.parameter_size(),
+        quantization_level: st.card.quant.clone(),
+    }
 }
 
 fn modified_at(st: &AppState) -> String {
@@ -636,43 +639,43 @@ fn modified_at(st: &AppState) -> String {
 /// The served model, then each registered adapter as `BASE:ADAPTER` (its size is the
 /// adapter's converted size; `details.parent_model` names the base).
 pub async fn tags(State(st): Shared) -> Response {
-    let mut models = vec![json!({
-        "name": st.card.name,
-        "model": st.card.name,
-        "modified_at": modified_at(&st),
-        "size": st.card.size,
-        "digest": st.card.digest,
-        "details": details(&st),
-    })];
+    let mut models = vec![TagModel {
+        name: st.card.name.clone(),
+        model: st.card.name.clone(),
+        modified_at: modified_at(&st),
+        size: st.card.size,
+        digest: st.card.digest.clone(),
+        details: details(&st, String::new()),
+    }];
     for a in st.adapters.list() {
         let name = st.adapters.model_name(&a.name);
-        let mut d = details(&st);
-        d["parent_model"] = json!(st.card.name);
-        models.push(json!({
-            "name": name,
-            "model": name,
-            "modified_at": modified_at(&st),
-            "size": a.bytes_hot,
-            "digest": format!("{}-{}", st.card.digest, a.name),
-            "details": d,
-        }));
+        models.push(TagModel {
+            name: name.clone(),
+            model: name,
+            modified_at: modified_at(&st),
+            size: a.bytes_hot as u64,
+            digest: format!("{}-{}", st.card.digest, a.name),
+            details: details(&st, st.card.name.clone()),
+        });
     }
-    axum::Json(json!({ "models": models })).into_response()
+    axum::Json(Tags { models }).into_response()
 }
 
 pub async fn ps(State(st): Shared) -> Response {
     // Loaded for the server's life: it expires when the server stops.
     let expires = SystemTime::now() + Duration::from_secs(365 * 86_400);
-    axum::Json(json!({"models": [{
-        "name": st.card.name,
-        "model": st.card.name,
-        "size": st.card.size,
-        "digest": st.card.digest,
-        "details": details(&st),
-        "expires_at": rfc3339(expires),
-        "size_vram": 0,
-        "context_length": st.engine.n_ctx,
-    }]}))
+    axum::Json(Ps {
+        models: vec![PsModel {
+            name: st.card.name.clone(),
+            model: st.card.name.clone(),
+            size: st.card.size,
+            digest: st.card.digest.clone(),
+            details: details(&st, String::new()),
+            expires_at: rfc3339(expires),
+            size_vram: 0,
+            context_length: st.engine.n_ctx,
+        }],
+    })
     .into_response()
 }
 
@@ -719,15 +722,15 @@ pub async fn show(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Res
         info.insert("general.parameter_count".into(), json!(c.n_params));
         info.insert(format!("{}.context_length", c.arch), json!(c.n_ctx_train));
         Ok::<_, ApiError>(
-            axum::Json(json!({
-                "modelfile": format!("# served by snug\nFROM {}\n", model_file(c)),
-                "parameters": "",
-                "template": template,
-                "details": details(&st),
-                "model_info": info,
-                "capabilities": capabilities(&st, &template),
-                "modified_at": modified_at(&st),
-            }))
+            axum::Json(ShowAnswer {
+                modelfile: format!("# served by snug\nFROM {}\n", model_file(c)),
+                parameters: "",
+                capabilities: capabilities(&st, &template),
+                template,
+                details: details(&st, String::new()),
+                model_info: info,
+                modified_at: modified_at(&st),
+            })
             .into_response(),
         )
     };
@@ -806,18 +809,16 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
         let slot = PullSlot::claim(alias)?;
         let (digest, total) = (spec.sha256.clone(), spec.size);
         // A progress record: bytes so far of the (estimated, then final) total.
-        let layer = move |completed: u64, total: u64| {
-            json!({
-                "status": format!("pulling {}", &digest[..digest.len().min(12)]),
-                "digest": format!("sha256:{digest}"),
-                "total": total,
-                "completed": completed.min(total),
-            })
+        let layer = move |completed: u64, total: u64| PullRecord {
+            status: format!("pulling {}", &digest[..digest.len().min(12)]),
+            digest: Some(format!("sha256:{digest}")),
+            total: Some(total),
+            completed: Some(completed.min(total)),
         };
         if !req.stream {
             let s = spec.clone();
             return match tokio::task::spawn_blocking(move || pull_blocking(slot, &s, None)).await {
-                Ok(Ok(())) => Ok(axum::Json(json!({"status": "success"})).into_response()),
+                Ok(Ok(())) => Ok(axum::Json(PullRecord::status("success")).into_response()),
                 Ok(Err(e)) => Err(ApiError::new(S, pull_status(&e), e.to_string())),
                 Err(e) => Err(ApiError::new(
                     S,
@@ -826,28 +827,33 @@ pub async fn pull(body: Result<Bytes, BytesRejection>) -> Response {
                 )),
             };
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        let _ = tx.send(json!({"status": "pulling manifest"}));
-        let _ = tx.send(layer(0, total));
+        // Each line of the stream: a progress record, or the error that ended the pull.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<PullRecord, String>>();
+        let _ = tx.send(Ok(PullRecord::status("pulling manifest")));
+        let _ = tx.send(Ok(layer(0, total)));
         let (tx2, layer2) = (tx.clone(), layer.clone());
         let progress = hub::Progress(std::sync::Arc::new(move |done, of| {
-            let _ = tx2.send(layer2(done, of));
+            let _ = tx2.send(Ok(layer2(done, of)));
         }));
         tokio::spawn(async move {
             let pulled =
                 tokio::task::spawn_blocking(move || pull_blocking(slot, &spec, Some(progress)));
             let last = match pulled.await {
                 Ok(Ok(())) => {
-                    let _ = tx.send(layer(total, total));
-                    let _ = tx.send(json!({"status": "verifying sha256 digest"}));
-                    json!({"status": "success"})
+                    let _ = tx.send(Ok(layer(total, total)));
+                    let _ = tx.send(Ok(PullRecord::status("verifying sha256 digest")));
+                    Ok(PullRecord::status("success"))
                 }
-                Ok(Err(e)) => json!({ "error": e.to_string() }),
-                Err(e) => json!({ "error": format!("the pull stopped: {e}") }),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("the pull stopped: {e}")),
             };
             let _ = tx.send(last);
         });
-        Ok(streamed("application/x-ndjson", event_body(rx, |v: Value| format!("{v}\n"))))
+        let line = |r: Result<PullRecord, String>| match r {
+            Ok(r) => ndjson(&r),
+            Err(error) => ndjson(&OllamaError { error }),
+        };
+        Ok(streamed("application/x-ndjson", event_body(rx, line)))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -16,6 +16,8 @@
 //! ([`crate::api::limits`]). A body is parsed twice (route fields, then [`Common`]) rather than
 //! through `serde(flatten)`, which would buffer it whole as a `Content` tree. A completion's
 //! `suffix` fills in the middle, as Ollama's OpenAI route does ([`engine::fim::suffix_prompt`]).
+//! Every body sent is one of [`crate::responses::openai`]'s types, the ones `/openapi.json`
+//! describes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +29,7 @@ use engine::scheduler::{Event, Finish, FinishReason, JobAdapters, Ticket};
 use engine::JsonFormat;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokenizer::ChatMessage;
 
 use crate::adapters::LoraScale;
@@ -35,6 +37,12 @@ use crate::api::limits::{self, MAX_LORA_SCALE, MAX_TEMPERATURE};
 use crate::api::{collect, event_body, streamed, Knobs, Settings, Stop};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::logprobs::{self, Rendering};
+use crate::responses;
+use crate::responses::openai::{
+    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatFinish, ChatLogprobs,
+    Delta, DeltaChoice, Head, LegacyLogprobs, ModelEntry, ModelList, StreamError, TextChoice,
+    TextCompletion, TextCompletionChunk, TextFinish, Usage,
+};
 use crate::tools::ChatOptions;
 use crate::unix_now;
 use crate::Shared;
@@ -629,21 +637,25 @@ fn settings(c: &Common) -> Result<Settings, ApiError> {
     Ok(s)
 }
 
-fn finish_reason(r: FinishReason) -> &'static str {
+fn finish_reason(r: FinishReason) -> TextFinish {
     match r {
-        FinishReason::Stop => "stop",
-        FinishReason::Length | FinishReason::ContextFull => "length",
+        FinishReason::Stop => TextFinish::Stop,
+        FinishReason::Length | FinishReason::ContextFull => TextFinish::Length,
         // vLLM's word for a request the server ended (here: a drain's grace ran out).
-        FinishReason::Aborted => "abort",
+        FinishReason::Aborted => TextFinish::Abort,
     }
 }
 
-fn usage(f: &Finish) -> Value {
-    json!({
-        "prompt_tokens": f.n_prompt,
-        "completion_tokens": f.n_gen,
-        "total_tokens": f.n_prompt + f.n_gen,
-    })
+/// A chat's finish: `tool_calls` when it stopped after making a call.
+fn chat_finish(r: FinishReason, called: bool) -> ChatFinish {
+    match r {
+        FinishReason::Stop if called => ChatFinish::ToolCalls,
+        r => finish_reason(r).into(),
+    }
+}
+
+fn usage(f: &Finish) -> Usage {
+    Usage::new(f.n_prompt, f.n_gen)
 }
 
 fn next_id(prefix: &str) -> String {
@@ -701,15 +713,13 @@ fn message(v: Value) -> Result<ChatMessage, ApiError> {
 fn start(
     st: &crate::AppState,
     ticket: Ticket,
-    kind: Kind,
     s: Settings,
     prompt: Vec<u32>,
     adapters: JobAdapters,
     logprobs: Option<usize>,
 ) -> Result<(tokio::sync::mpsc::UnboundedReceiver<Event>, Option<Rendering>), ApiError> {
     let (rx, lp) = st.submit(S, ticket, prompt, s, adapters, logprobs)?;
-    let chat = matches!(kind, Kind::Chat);
-    Ok((rx, lp.map(|lp| Rendering::new(lp, st.tok.clone(), chat))))
+    Ok((rx, lp.map(|lp| Rendering::new(lp, st.tok.clone()))))
 }
 
 /// Which route: the object names and how a piece of text sits in a choice.
@@ -734,27 +744,68 @@ impl Kind {
             (Kind::Text, _) => "text_completion",
         }
     }
+}
 
-    fn choice(self, text: Option<&str>, finish: Option<&'static str>, whole: bool) -> Value {
-        match self {
-            Kind::Chat if whole => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text.unwrap_or("")},
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-            Kind::Chat => {
-                let delta = text.map_or(json!({}), |t| json!({"content": t}));
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
-            }
-            Kind::Text => json!({
-                "index": 0,
-                "text": text.unwrap_or(""),
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-        }
+/// What every answer and chunk of one request shares: the chunks' head, and the route.
+struct Frames {
+    kind: Kind,
+    head: Head,
+}
+
+impl Frames {
+    /// A chat chunk of `choice` as a server-sent event.
+    fn chat(&self, choice: DeltaChoice) -> String {
+        let head = self.head.clone();
+        responses::sse(&ChatCompletionChunk { head, choices: vec![choice], usage: None })
     }
+
+    /// A text completion's chunk of `choice` as a server-sent event.
+    fn text(&self, choice: TextChoice) -> String {
+        let head = self.head.clone();
+        responses::sse(&TextCompletionChunk { head, choices: vec![choice], usage: None })
+    }
+
+    /// The head of the whole answer.
+    fn whole(self) -> Head {
+        Head { object: self.kind.object(false), ..self.head }
+    }
+
+    /// The chunk a chat stream opens with: the role.
+    fn role(&self) -> String {
+        self.chat(delta(Delta::role(), None, None))
+    }
+
+    /// The stream's end: the usage chunk when asked for (no choices), then `[DONE]`.
+    fn end(&self, f: &Finish, include_usage: bool) -> String {
+        let mut out = String::new();
+        if include_usage {
+            let (head, usage) = (self.head.clone(), Some(usage(f)));
+            out += &match self.kind {
+                Kind::Chat => responses::sse(&ChatCompletionChunk { head, choices: vec![], usage }),
+                Kind::Text => responses::sse(&TextCompletionChunk { head, choices: vec![], usage }),
+            };
+        }
+        out + "data: [DONE]\n\n"
+    }
+}
+
+/// A streamed chat choice.
+fn delta(delta: Delta, logprobs: Option<ChatLogprobs>, finish: Option<ChatFinish>) -> DeltaChoice {
+    DeltaChoice { index: 0, delta, logprobs, finish_reason: finish }
+}
+
+/// A text completion's choice.
+fn text_choice(
+    text: String,
+    logprobs: Option<LegacyLogprobs>,
+    f: Option<TextFinish>,
+) -> TextChoice {
+    TextChoice { index: 0, text, logprobs, finish_reason: f }
+}
+
+/// A failure mid-stream: an error event, then `[DONE]`.
+fn failed(e: String) -> String {
+    responses::sse(&StreamError::server(e)) + "data: [DONE]\n\n"
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -769,114 +820,105 @@ async fn respond(
     mut parser: Option<engine::tools::OutputParser>,
 ) -> Result<Response, ApiError> {
     let adapters = st.adapter_set(S, c.model.as_deref(), c.lora.as_deref()).await?;
-    let (rx, mut lp) = start(st, ticket, kind, settings, prompt, adapters, logprobs)?;
+    let (rx, mut lp) = start(st, ticket, settings, prompt, adapters, logprobs)?;
     let format = parser.as_ref().and_then(|p| p.format());
-    let (id, created, model) =
-        (next_id(kind.id_prefix()), unix_now(), st.answer_model(c.model.as_deref()));
-    let frame = move |choices: Value, usage: Option<Value>| {
-        let mut v = json!({
-            "id": id, "object": kind.object(true), "created": created, "model": model,
-            "system_fingerprint": "snug", "choices": choices,
-        });
-        if let Some(u) = usage {
-            v["usage"] = u;
-        }
-        format!("data: {v}\n\n")
+    let head = Frames {
+        kind,
+        head: Head {
+            id: next_id(kind.id_prefix()),
+            object: kind.object(true),
+            created: unix_now(),
+            model: st.answer_model(c.model.as_deref()),
+            system_fingerprint: "snug",
+        },
     };
+    let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
     if let Some(mut parser) = parser.take_if(|_| c.stream) {
         // Content, reasoning and calls as their own deltas ([`crate::tools`]).
-        let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let (mut first, mut called) = (true, Vec::new());
         let body = event_body(rx, move |ev| {
             let (pieces, done) = match ev {
                 Event::Text(t) => (crate::tools::pieces(&mut parser, Some(&t)), None),
                 Event::Done(f) => (crate::tools::pieces(&mut parser, None), Some(f)),
-                Event::Failed(e) => {
-                    let err =
-                        json!({"error": {"message": e, "type": "server_error", "code": null}});
-                    return format!("data: {err}\n\ndata: [DONE]\n\n");
-                }
+                Event::Failed(e) => return failed(e),
             };
             let mut out = String::new();
             if std::mem::take(&mut first) {
-                let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
-                out += &frame(role, None);
+                out += &head.role();
             }
-            for delta in crate::tools::openai_deltas(&pieces, format, &mut called) {
-                let lp = logprobs::take(&mut lp);
-                let choice =
-                    json!({"index": 0, "delta": delta, "logprobs": lp, "finish_reason": null});
-                out += &frame(json!([choice]), None);
+            for d in crate::tools::openai_deltas(&pieces, format, &mut called) {
+                out += &head.chat(delta(d, logprobs::take_chat(&mut lp), None));
             }
             if let Some(f) = done {
-                let reason = match f.reason {
-                    FinishReason::Stop if called.iter().any(|&c| c) => "tool_calls",
-                    r => finish_reason(r),
-                };
-                let choice = json!({"index": 0, "delta": {}, "logprobs": logprobs::take(&mut lp), "finish_reason": reason});
-                out += &frame(json!([choice]), None);
-                if include_usage {
-                    out += &frame(json!([]), Some(usage(&f)));
-                }
-                out += "data: [DONE]\n\n";
+                let reason = chat_finish(f.reason, called.iter().any(|&c| c));
+                let last = delta(Delta::default(), logprobs::take_chat(&mut lp), Some(reason));
+                out += &head.chat(last);
+                out += &head.end(&f, include_usage);
             }
             out
         });
         return Ok(streamed("text/event-stream", body));
     }
     if c.stream {
-        let include_usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let mut first = matches!(kind, Kind::Chat);
         let body = event_body(rx, move |ev| match ev {
             Event::Text(t) => {
                 let mut out = String::new();
                 if std::mem::take(&mut first) {
-                    let role = json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]);
-                    out += &frame(role, None);
+                    out += &head.role();
                 }
-                let mut choice = kind.choice(Some(&t), None, false);
-                choice["logprobs"] = logprobs::take(&mut lp);
-                out + &frame(json!([choice]), None)
+                out + &match kind {
+                    Kind::Chat => {
+                        let lp = logprobs::take_chat(&mut lp);
+                        head.chat(delta(Delta::content(t), lp, None))
+                    }
+                    Kind::Text => {
+                        let lp = logprobs::take_legacy(&mut lp);
+                        head.text(text_choice(t, lp, None))
+                    }
+                }
             }
             Event::Done(f) => {
-                let mut choice = kind.choice(None, Some(finish_reason(f.reason)), false);
-                choice["logprobs"] = logprobs::take(&mut lp);
-                let mut out = frame(json!([choice]), None);
-                if include_usage {
-                    out += &frame(json!([]), Some(usage(&f)));
-                }
-                out + "data: [DONE]\n\n"
+                let reason = finish_reason(f.reason);
+                let last = match kind {
+                    Kind::Chat => {
+                        let lp = logprobs::take_chat(&mut lp);
+                        head.chat(delta(Delta::default(), lp, Some(reason.into())))
+                    }
+                    Kind::Text => {
+                        let lp = logprobs::take_legacy(&mut lp);
+                        head.text(text_choice(String::new(), lp, Some(reason)))
+                    }
+                };
+                last + &head.end(&f, include_usage)
             }
-            Event::Failed(e) => {
-                let err = json!({"error": {"message": e, "type": "server_error", "code": null}});
-                format!("data: {err}\n\ndata: [DONE]\n\n")
-            }
+            Event::Failed(e) => failed(e),
         });
         return Ok(streamed("text/event-stream", body));
     }
     let (text, f) = collect(S, rx).await?;
-    let mut choice = kind.choice(Some(&text), Some(finish_reason(f.reason)), true);
-    if let Some(mut parser) = parser {
-        let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
-        pieces.extend(crate::tools::pieces(&mut parser, None));
-        let (message, called) =
-            crate::tools::openai_message(&engine::tools::ParsedOutput::gather(&pieces), format);
-        choice["message"] = message;
-        if called && f.reason == FinishReason::Stop {
-            choice["finish_reason"] = json!("tool_calls");
-        }
+    if let Kind::Text = kind {
+        let lp = logprobs::take_legacy(&mut lp);
+        let choices = vec![text_choice(text, lp, Some(finish_reason(f.reason)))];
+        let answer = TextCompletion { head: head.whole(), choices, usage: usage(&f) };
+        return Ok(axum::Json(answer).into_response());
     }
-    choice["logprobs"] = logprobs::take(&mut lp);
-    Ok(axum::Json(json!({
-        "id": next_id(kind.id_prefix()),
-        "object": kind.object(false),
-        "created": unix_now(),
-        "model": st.answer_model(c.model.as_deref()),
-        "system_fingerprint": "snug",
-        "choices": [choice],
-        "usage": usage(&f),
-    }))
-    .into_response())
+    let (message, called) = match parser {
+        Some(mut parser) => {
+            let mut pieces = crate::tools::pieces(&mut parser, Some(&text));
+            pieces.extend(crate::tools::pieces(&mut parser, None));
+            crate::tools::openai_message(&engine::tools::ParsedOutput::gather(&pieces), format)
+        }
+        None => (AssistantMessage::text(text), false),
+    };
+    let choice = ChatChoice {
+        index: 0,
+        message,
+        logprobs: logprobs::take_chat(&mut lp),
+        finish_reason: chat_finish(f.reason, called),
+    };
+    let answer = ChatCompletion { head: head.whole(), choices: vec![choice], usage: usage(&f) };
+    Ok(axum::Json(answer).into_response())
 }
 
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
@@ -951,12 +993,16 @@ pub async fn completions(State(st): Shared, body: Result<Bytes, BytesRejection>)
 
 /// The served model, then each registered adapter as `BASE:ADAPTER` (with `parent`: the base).
 pub async fn models(State(st): Shared) -> Response {
-    let row = |id: String| json!({"id": id, "object": "model", "created": st.card.modified, "owned_by": "snug"});
-    let mut data = vec![row(st.card.name.clone())];
+    let row = |id: String, parent: Option<String>| ModelEntry {
+        id,
+        object: "model",
+        created: st.card.modified,
+        owned_by: "snug",
+        parent,
+    };
+    let mut data = vec![row(st.card.name.clone(), None)];
     for a in st.adapters.list() {
-        let mut r = row(st.adapters.model_name(&a.name));
-        r["parent"] = json!(st.card.name);
-        data.push(r);
+        data.push(row(st.adapters.model_name(&a.name), Some(st.card.name.clone())));
     }
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    axum::Json(ModelList { object: "list", data }).into_response()
 }

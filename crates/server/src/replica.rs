@@ -32,24 +32,17 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
-use serde_json::json;
 
 use crate::adapters::{LoadRequest, UnloadRequest};
 use crate::error::{body_bytes, from_json, ApiError, Style};
+use crate::flags::LORA_DIR;
+use crate::responses::snug::{Loading, Ready};
 use crate::AppState;
 
 /// Seconds a client refused while loading or draining is told to wait.
 const RETRY_SECS: u64 = 1;
-
-/// The replica routes the API router carries besides its own.
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/ready", get(ready))
-        .route("/v1/load_lora_adapter", post(load_lora))
-        .route("/v1/unload_lora_adapter", post(unload_lora))
-}
 
 /// 503 in the path's API shape, with `Retry-After`.
 fn unavailable(path: &str, code: &'static str, message: &str) -> Response {
@@ -60,14 +53,14 @@ fn unavailable(path: &str, code: &'static str, message: &str) -> Response {
 }
 
 /// `GET /ready`: 200 while the scheduler serves and the server is not draining; else 503.
-async fn ready(State(st): State<Arc<AppState>>) -> Response {
+pub async fn ready(State(st): State<Arc<AppState>>) -> Response {
     if st.draining.load(Ordering::Acquire) {
         return unavailable("/ready", "draining", "the server is shutting down");
     }
     if !st.engine.is_alive() {
         return unavailable("/ready", "scheduler_down", "the scheduler thread has stopped");
     }
-    axum::Json(json!({"status": "ready", "model": st.card.name})).into_response()
+    axum::Json(Ready { status: "ready", model: st.card.name.clone() }).into_response()
 }
 
 /// What answers while the model loads: `/health` 200 (alive), `/ready` 503, anything else
@@ -75,7 +68,7 @@ async fn ready(State(st): State<Arc<AppState>>) -> Response {
 pub fn loading_router() -> Router {
     let loading = "the model is loading: retry shortly";
     Router::new()
-        .route("/health", get(|| async { axum::Json(json!({"status": "loading"})) }))
+        .route("/health", get(|| async { axum::Json(Loading { status: "loading" }) }))
         .fallback(
             move |req: Request| async move { unavailable(req.uri().path(), "loading", loading) },
         )
@@ -133,7 +126,7 @@ fn file_in_dir(dir: &Path, lora_path: &str) -> Result<String, ApiError> {
         return Err(ApiError::bad_request(
             S,
             format!(
-                "lora_path {lora_path:?} is not a file of this server's --lora-dir {}: give the file's name",
+                "lora_path {lora_path:?} is not a file of this server's {LORA_DIR} {}: give the file's name",
                 dir.display()
             ),
         ));
@@ -146,7 +139,7 @@ fn success(what: &str, name: &str) -> Response {
 }
 
 /// `POST /v1/load_lora_adapter`.
-async fn load_lora(
+pub async fn load_lora(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -171,7 +164,7 @@ async fn load_lora(
 }
 
 /// `POST /v1/unload_lora_adapter`.
-async fn unload_lora(
+pub async fn unload_lora(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {

@@ -1,7 +1,7 @@
 //! The routes that take a body, and each one's decoding: the checks that need no model (JSON
 //! shape, messages, prompt, sampling ranges, token limit), a pure function of the bytes, so the
-//! fuzz target `server_requests` runs exactly what the handlers run. `/openapi.json` describes
-//! the same routes ([`crate::openapi`]).
+//! fuzz target `server_requests` runs exactly what the handlers run. The route table
+//! ([`crate::routes::table`]) takes these routes' paths from [`BodyRoute::path`].
 
 use crate::error::ApiError;
 use crate::{ollama, openai};

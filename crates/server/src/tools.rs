@@ -19,8 +19,13 @@
 use std::sync::Arc;
 
 use engine::tools::{Format, OutputParser, Piece, Reasoning, Start, Tool, ToolGrammar};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokenizer::{ChatMessage, ChatTemplate};
+
+use crate::responses::ollama;
+use crate::responses::openai::{
+    AssistantMessage, Delta, DeltaCall, DeltaFunction, FunctionCall, FunctionKind, ToolCall,
+};
 
 /// What a request asks of tool calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -294,31 +299,39 @@ pub fn openai_deltas(
     pieces: &[Piece],
     format: Option<Format>,
     called: &mut Vec<bool>,
-) -> Vec<Value> {
+) -> Vec<Delta> {
     let mut out = Vec::new();
+    let call = |index: usize, id: Option<String>, name: Option<String>, arguments: String| Delta {
+        tool_calls: vec![DeltaCall {
+            index,
+            kind: id.as_ref().map(|_| FunctionKind::Function),
+            id,
+            function: DeltaFunction { name, arguments },
+        }],
+        ..Delta::default()
+    };
     for p in pieces {
         match p {
-            Piece::Content(t) => out.push(json!({"content": t})),
-            Piece::Reasoning(t) => out.push(json!({"reasoning_content": t})),
+            Piece::Content(t) => out.push(Delta::content(t.clone())),
+            Piece::Reasoning(t) => {
+                out.push(Delta { reasoning_content: Some(t.clone()), ..Delta::default() })
+            }
             Piece::CallStart { index, name } => {
                 if called.len() <= *index {
                     called.resize(index + 1, false);
                 }
                 called[*index] = true;
-                out.push(json!({"tool_calls": [{
-                    "index": index, "id": call_id(format), "type": "function",
-                    "function": {"name": name, "arguments": ""},
-                }]}))
+                out.push(call(*index, Some(call_id(format)), Some(name.clone()), String::new()))
             }
-            Piece::CallArgs { index, fragment } => out.push(json!({"tool_calls": [{
-                "index": index, "function": {"arguments": fragment},
-            }]})),
+            Piece::CallArgs { index, fragment } => {
+                out.push(call(*index, None, None, fragment.clone()))
+            }
             Piece::CallEnd { .. } => {}
             Piece::CallBroken { index, raw } => {
                 if let Some(c) = index.and_then(|i| called.get_mut(i)) {
                     *c = false;
                 }
-                out.push(json!({"content": raw}))
+                out.push(Delta::content(raw.clone()))
             }
         }
     }
@@ -326,40 +339,37 @@ pub fn openai_deltas(
 }
 
 /// OpenAI's whole `message` for a parsed answer in `format`, and whether it holds calls.
-pub fn openai_message(o: &engine::tools::ParsedOutput, format: Option<Format>) -> (Value, bool) {
-    let mut m = Map::new();
-    m.insert("role".into(), json!("assistant"));
+pub fn openai_message(
+    o: &engine::tools::ParsedOutput,
+    format: Option<Format>,
+) -> (AssistantMessage, bool) {
     let called = !o.calls.is_empty();
-    m.insert(
-        "content".into(),
-        if called && o.content.is_empty() { Value::Null } else { json!(o.content) },
-    );
-    if !o.reasoning.is_empty() {
-        m.insert("reasoning_content".into(), json!(o.reasoning));
-    }
-    if called {
-        let calls: Vec<Value> = o
-            .calls
-            .iter()
-            .map(|c| {
-                json!({"id": call_id(format), "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
-            .collect();
-        m.insert("tool_calls".into(), json!(calls));
-    }
-    (Value::Object(m), called)
+    let content = if called && o.content.is_empty() { None } else { Some(o.content.clone()) };
+    let tool_calls = o
+        .calls
+        .iter()
+        .map(|c| ToolCall {
+            id: call_id(format),
+            kind: FunctionKind::Function,
+            function: FunctionCall { name: c.name.clone(), arguments: c.arguments.clone() },
+        })
+        .collect();
+    let reasoning_content = (!o.reasoning.is_empty()).then(|| o.reasoning.clone());
+    (AssistantMessage { role: "assistant", content, reasoning_content, tool_calls }, called)
 }
 
 /// Ollama's whole call: arguments as an object.
-pub fn ollama_call(name: &str, arguments: &str) -> Value {
-    let args = serde_json::from_str::<Value>(arguments).unwrap_or(Value::Null);
-    json!({"function": {"name": name, "arguments": args}})
+pub fn ollama_call(name: &str, arguments: &str) -> ollama::ToolCall {
+    let arguments = serde_json::from_str::<Value>(arguments).unwrap_or(Value::Null);
+    ollama::ToolCall { function: ollama::Function { name: name.to_string(), arguments } }
 }
 
 /// Ollama's streamed records for `pieces`: content and thinking together, each call whole
 /// once it ends (`calls` gathers them meanwhile).
-pub fn ollama_message(pieces: &[Piece], calls: &mut Vec<(String, String)>) -> Option<Value> {
+pub fn ollama_message(
+    pieces: &[Piece],
+    calls: &mut Vec<(String, String)>,
+) -> Option<ollama::Message> {
     let (mut content, mut thinking, mut done) = (String::new(), String::new(), Vec::new());
     for p in pieces {
         match p {
@@ -387,14 +397,8 @@ pub fn ollama_message(pieces: &[Piece], calls: &mut Vec<(String, String)>) -> Op
     if content.is_empty() && thinking.is_empty() && done.is_empty() {
         return None;
     }
-    let mut m = json!({"role": "assistant", "content": content});
-    if !thinking.is_empty() {
-        m["thinking"] = json!(thinking);
-    }
-    if !done.is_empty() {
-        m["tool_calls"] = json!(done);
-    }
-    Some(m)
+    let thinking = (!thinking.is_empty()).then_some(thinking);
+    Some(ollama::Message { thinking, tool_calls: done, ..ollama::Message::assistant(content) })
 }
 
 #[cfg(test)]
@@ -450,8 +454,8 @@ mod tests {
         );
         let (m, called) = openai_message(&o, Some(Format::Hermes));
         assert!(called);
-        assert_eq!(m["content"], Value::Null);
-        assert_eq!(m["tool_calls"][0]["function"]["arguments"], json!("{\"x\": 1}"));
+        assert_eq!(m.content, None);
+        assert_eq!(m.tool_calls[0].function.arguments, "{\"x\": 1}");
     }
 
     #[test]

@@ -33,8 +33,8 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use memory::fmt_bytes;
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::json;
 
 use crate::AppState;
 
@@ -43,7 +43,7 @@ pub const PAGE: &str = include_str!("ui/page.html");
 
 /// The plan's memory numbers, in bytes: what a server was planned with, or what
 /// `snug plan` predicts.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct PlanPicture {
     /// The budget the plan was made in.
     pub budget: u64,
@@ -68,7 +68,7 @@ pub struct PlanPicture {
 }
 
 /// What a running server holds now.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct Live {
     /// KV blocks held by sequences, by the prefix cache alone, and free.
     pub kv_blocks_used: u64,
@@ -88,7 +88,7 @@ pub struct Live {
 }
 
 /// One segment of the budget bar.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Segment {
     /// A stable name (`weights`, `kv_used`, …): the SVG's `data-key`.
     pub key: &'static str,
@@ -351,21 +351,38 @@ fn live(st: &crate::AppState) -> Live {
     }
 }
 
+/// `GET /ui/memory`'s answer.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "UiMemory")]
+pub struct Memory {
+    pub model: String,
+    pub plan: PlanPicture,
+    pub live: Live,
+    pub segments: Vec<Segment>,
+    /// The bar as SVG.
+    pub svg: String,
+    pub pressure_events: u64,
+    pub prefix_sheds: u64,
+    pub n_seq: usize,
+    pub n_ctx: usize,
+    pub uptime_seconds: u64,
+}
+
 /// `GET /ui/memory`: the plan, what the server holds now, the bar's segments and the picture.
 pub async fn memory(State(st): State<std::sync::Arc<AppState>>) -> Response {
     let live = live(&st);
-    axum::Json(json!({
-        "model": st.card.name,
-        "plan": st.plan,
-        "live": live,
-        "segments": segments(&st.plan, Some(&live)),
-        "svg": memory_svg(&st.plan, Some(&live)),
-        "pressure_events": st.metrics.pressure_events.get(),
-        "prefix_sheds": st.engine.counters.prefix_sheds.get(),
-        "n_seq": st.engine.n_seq,
-        "n_ctx": st.engine.n_ctx,
-        "uptime_seconds": st.started.elapsed().as_secs(),
-    }))
+    axum::Json(Memory {
+        model: st.card.name.clone(),
+        plan: st.plan.clone(),
+        segments: segments(&st.plan, Some(&live)),
+        svg: memory_svg(&st.plan, Some(&live)),
+        live,
+        pressure_events: st.metrics.pressure_events.get(),
+        prefix_sheds: st.engine.counters.prefix_sheds.get(),
+        n_seq: st.engine.n_seq,
+        n_ctx: st.engine.n_ctx,
+        uptime_seconds: st.started.elapsed().as_secs(),
+    })
     .into_response()
 }
 

@@ -40,7 +40,7 @@ pub use tensors::{plan, Kind, PlannedTensor};
 pub enum SynthError {
     #[error("unknown shape {0:?} (known: {list})", list = SHAPES.iter().map(|s| s.name).collect::<Vec<_>>().join(", "))]
     UnknownShape(String),
-    #[error("tokenizer source has no tokenizer.ggml.tokens array: pass a real model (e.g. --tokenizer-from qwen2.5-coder-0.5b)")]
+    #[error("tokenizer source has no tokenizer.ggml.tokens array: take the tokenizer from a real model (e.g. qwen2.5-coder-0.5b)")]
     NoTokenizer,
     #[error(transparent)]
     Gguf(#[from] GgufError),

@@ -61,20 +61,46 @@ fn has_ipc_lock() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Why pages could not be locked in memory: the facts; the front end says which of its
+/// options to change.
+#[derive(Debug)]
+pub enum LockError {
+    /// `RLIMIT_MEMLOCK` (bytes) is below what is to be locked.
+    Limit { need: u64, limit: u64 },
+    /// The kernel refused `mlock` of this many bytes.
+    Refused { bytes: u64, source: std::io::Error },
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Limit { need, limit } => write!(
+                f,
+                "locking the weights needs {} but RLIMIT_MEMLOCK is {}; raise it (`ulimit -l unlimited`, or LimitMEMLOCK= in a systemd unit)",
+                crate::fmt_bytes(*need),
+                crate::fmt_bytes(*limit)
+            ),
+            LockError::Refused { bytes, source } => write!(
+                f,
+                "mlock of {} failed: {source}; check `ulimit -l` and the memory limit",
+                crate::fmt_bytes(*bytes)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
 /// Locks `[start, end)` of `map` in memory, failing with the numbers if `RLIMIT_MEMLOCK` is too
 /// small or the kernel refuses.
-pub fn lock_range(map: &[u8], start: usize, end: usize) -> Result<(), String> {
+pub fn lock_range(map: &[u8], start: usize, end: usize) -> Result<(), LockError> {
     let Some((p, n)) = outer(map, start, end) else {
         return Ok(());
     };
     if !has_ipc_lock() {
         if let Some(lim) = memlock_limit() {
             if (n as u64) > lim {
-                return Err(format!(
-                    "--load mlock needs to lock {} but RLIMIT_MEMLOCK is {}; raise it (`ulimit -l unlimited`, or LimitMEMLOCK= in a systemd unit) or use --load populate",
-                    crate::fmt_bytes(n as u64),
-                    crate::fmt_bytes(lim)
-                ));
+                return Err(LockError::Limit { need: n as u64, limit: lim });
             }
         }
     }
@@ -82,13 +108,13 @@ pub fn lock_range(map: &[u8], start: usize, end: usize) -> Result<(), String> {
     let rc = unsafe { libc::mlock(p, n) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(format!("mlock of {} failed: {e}; check `ulimit -l` and the memory limit, or use --load populate", crate::fmt_bytes(n as u64)));
+        return Err(LockError::Refused { bytes: n as u64, source: e });
     }
     Ok(())
 }
 
 /// Locks the whole mapping (`--load mlock`).
-pub fn lock_all(map: &[u8]) -> Result<(), String> {
+pub fn lock_all(map: &[u8]) -> Result<(), LockError> {
     lock_range(map, 0, map.len())
 }
 

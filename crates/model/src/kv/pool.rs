@@ -132,10 +132,10 @@ impl BlockPool {
             if let Some(shared) = &self.shared {
                 shared.free(Content::Kv, 1);
             }
-            return Err(ModelError::Unsupported(format!(
-                "the KV cache is full: all {} blocks of {} bytes are in use; use a larger --ctx, fewer sequences or a --window",
-                self.capacity, self.block_bytes
-            )));
+            return Err(ModelError::KvFull {
+                blocks: self.capacity,
+                block_bytes: self.block_bytes,
+            });
         };
         self.refs[id as usize] = 1;
         Ok(id)
@@ -302,7 +302,7 @@ pub struct PoolStats {
 
 /// The pool had no room; the message says what holds it and what to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("pool full: {used} pages of {page_bytes} bytes in use by KV ({kv} pages, {prefix} of them prefix cache) and adapters ({adapter} pages), {wanted} more wanted for {what}; raise --ram or lower --max-loras")]
+#[error("pool full: {used} pages of {page_bytes} bytes in use by KV ({kv} pages, {prefix} of them prefix cache) and adapters ({adapter} pages), {wanted} more wanted for {what}; give it more memory or keep fewer adapters ready")]
 pub struct PoolFull {
     pub used: usize,
     pub page_bytes: usize,

@@ -41,7 +41,7 @@ const SUFFIX_B: &str = ".lora_b";
 pub enum LoraError {
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
-    #[error("not a LoRA adapter: general.type is {0:?}, expected \"adapter\" (a base model given as --lora?)")]
+    #[error("not a LoRA adapter: general.type is {0:?}, expected \"adapter\" (a base model given as an adapter?)")]
     NotAdapter(String),
     #[error("adapter.type is {0:?}; snug applies \"lora\" adapters only")]
     NotLora(String),

@@ -122,7 +122,7 @@ impl Streamer {
         if lock {
             for il in 0..pinned {
                 let (a, b) = s.shared.layer_span(il);
-                lock_range(s.map(), a, b)?;
+                lock_range(s.map(), a, b).map_err(|e| e.to_string())?;
             }
         }
         // Nothing of ours is cached yet: whatever the page cache holds of the streamed layers was

@@ -1,0 +1,13 @@
+//! How the server was started, in the words its messages use: an API client that meets a limit
+//! fixed at start is told which `snug serve` option set it (`snug serve --ctx`). The names live
+//! here once, so every message says the same and they change with the command line's. This
+//! module uses nothing of the crate.
+
+/// The context each sequence holds.
+pub const CTX: &str = "snug serve --ctx";
+/// The largest request body.
+pub const MAX_BODY: &str = "--max-body";
+/// Adapters kept ready at once (the adapter share is sized by it).
+pub const MAX_LORAS: &str = "--max-loras";
+/// The directory adapters are registered from.
+pub const LORA_DIR: &str = "--lora-dir";
