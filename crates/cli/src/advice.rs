@@ -98,6 +98,9 @@ pub fn hint(e: &anyhow::Error) -> Option<String> {
         if let Some(PerplexityError::TooShort { .. }) = cause.downcast_ref::<PerplexityError>() {
             return Some("use a longer text or a smaller --ctx".into());
         }
+        if let Some(server::ServeError::Bind { .. }) = cause.downcast_ref::<server::ServeError>() {
+            return Some("pick another --port or stop what uses it".into());
+        }
         if let Some(SynthError::NoTokenizer) = cause.downcast_ref::<SynthError>() {
             return Some("pass one with --tokenizer-from (e.g. qwen2.5-coder-0.5b)".into());
         }
@@ -120,6 +123,11 @@ mod tests {
         assert_eq!(hint(&full.context("generating")).as_deref(), Some("use a larger --ctx"));
         let short = anyhow::Error::from(PerplexityError::TooShort { needed: 8, have: 3 });
         assert!(hint(&short).is_some_and(|h| h.contains("--ctx")));
+        let busy = server::ServeError::Bind {
+            addr: "127.0.0.1:11434".into(),
+            reason: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        assert!(hint(&anyhow::Error::from(busy)).is_some_and(|h| h.contains("--port")));
         assert_eq!(hint(&anyhow::anyhow!("no typed error here")), None);
         assert_eq!(budget_source(&BudgetSource::Flag), "--ram");
     }

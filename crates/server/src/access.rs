@@ -22,6 +22,8 @@
 use axum::http::{header, HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
+use crate::flags;
+
 /// The access rules a server runs with.
 #[derive(Clone, Debug, Default)]
 pub struct Access {
@@ -72,11 +74,11 @@ impl Denied {
 impl std::fmt::Display for Denied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Denied::Host(h) => write!(f, "Host {h:?} is not this server's: a server on a loopback address answers only to localhost, 127.0.0.1, [::1] and its --host (this refuses DNS-rebinding web pages); connect by one of those names"),
-            Denied::Origin(o) => write!(f, "requests from the web origin {o:?} are refused: start the server with --allowed-origins {o} to let pages of that origin call it"),
+            Denied::Host(h) => write!(f, "Host {h:?} is not this server's: a server on a loopback address answers only to localhost, 127.0.0.1, [::1] and its {} (this refuses DNS-rebinding web pages); connect by one of those names", flags::HOST),
+            Denied::Origin(o) => write!(f, "requests from the web origin {o:?} are refused: start the server with {} {o} to let pages of that origin call it", flags::ALLOWED_ORIGINS),
             Denied::Key => write!(f, "this server requires an API key: send `Authorization: Bearer <key>`"),
-            Denied::Admin { keyed: true } => write!(f, "this route administers the server (adapters, default scales, pulls): send the admin key (--admin-key) as `Authorization: Bearer <admin key>`"),
-            Denied::Admin { keyed: false } => write!(f, "this route administers the server (adapters, default scales, pulls) and administration is off: start the server with --admin-key KEY (or SNUG_ADMIN_KEY) and send that key, or with --allow-admin"),
+            Denied::Admin { keyed: true } => write!(f, "this route administers the server (adapters, default scales, pulls): send the admin key ({}) as `Authorization: Bearer <admin key>`", flags::ADMIN_KEY),
+            Denied::Admin { keyed: false } => write!(f, "this route administers the server (adapters, default scales, pulls) and administration is off: start the server with {} KEY (or SNUG_ADMIN_KEY) and send that key, or with {}", flags::ADMIN_KEY, flags::ALLOW_ADMIN),
             Denied::ContentType(t) => write!(f, "the request body must be JSON sent with `Content-Type: application/json` (got {t}); with curl add -H 'Content-Type: application/json'"),
         }
     }

@@ -11,3 +11,11 @@ pub const MAX_BODY: &str = "--max-body";
 pub const MAX_LORAS: &str = "--max-loras";
 /// The directory adapters are registered from.
 pub const LORA_DIR: &str = "--lora-dir";
+/// The address the server listens on.
+pub const HOST: &str = "--host";
+/// Web origins whose pages may call the server.
+pub const ALLOWED_ORIGINS: &str = "--allowed-origins";
+/// The key the administration routes take.
+pub const ADMIN_KEY: &str = "--admin-key";
+/// Administration without a key (loopback only).
+pub const ALLOW_ADMIN: &str = "--allow-admin";

@@ -155,7 +155,7 @@ impl From<scheduler::Died> for ServeError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {reason}; pick another --port or stop what uses it")]
+    #[error("cannot listen on {addr}: {reason}")]
     Bind { addr: String, reason: std::io::Error },
     /// The weights could not be made resident for the context (the caller's words).
     #[error("{0}")]
@@ -193,7 +193,7 @@ pub fn open_adapters(
         |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(dir) = &opts.lora_dir {
         let files = adapters::dir_files(dir).map_err(|e| {
-            ServeError::Adapter(format!("cannot read --lora-dir {}: {e}", dir.display()))
+            ServeError::Adapter(format!("cannot read the adapter directory {}: {e}", dir.display()))
         })?;
         for f in files {
             if store.list().len() >= adapters::MAX_ADAPTERS {
@@ -219,29 +219,29 @@ pub fn open_adapters(
         let name = stem(path);
         let real = path
             .canonicalize()
-            .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+            .map_err(|e| ServeError::Adapter(format!("adapter {}: {e}", path.display())))?;
         let known = store.list().into_iter().find(|a| a.name == name);
         match known {
             Some(a) if a.path.canonicalize().ok().as_ref() == Some(&real) => {}
             Some(a) => {
                 return Err(ServeError::Adapter(format!(
-                    "--lora {} and {} are both named {name:?}: rename one",
+                    "adapters {} and {} are both named {name:?}: rename one",
                     path.display(),
                     a.path.display()
                 )))
             }
             None => {
                 adapters::check_name(&name)
-                    .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+                    .map_err(|e| ServeError::Adapter(format!("adapter {}: {e}", path.display())))?;
                 store
                     .register(&name, &real)
-                    .map_err(|e| ServeError::Adapter(format!("--lora {}: {e}", path.display())))?;
+                    .map_err(|e| ServeError::Adapter(format!("adapter {}: {e}", path.display())))?;
             }
         }
         defaults.push((name, *scale));
     }
     adapters::Adapters::new(store, opts.lora_dir.as_deref(), &defaults, &opts.name)
-        .map_err(|e| ServeError::Adapter(format!("cannot open --lora-dir: {e}")))
+        .map_err(|e| ServeError::Adapter(format!("cannot open the adapter directory: {e}")))
 }
 
 /// What the APIs tell about the served model.
