@@ -83,7 +83,7 @@ fn past_90_percent_cached_blocks_are_shed_to_80_and_running_ones_never() {
         &vec![0.0; cfg.n_head_kv * cfg.head_dim_v],
     );
     let e = e.unwrap_err().to_string();
-    assert!(e.contains("pool full") && e.contains("raise --ram"), "{e}");
+    assert!(e.contains("pool full") && e.contains("give it more memory"), "{e}");
     kv.seq_clear(1);
     assert_eq!(pool.stats().kv, 0, "every page given back");
 }
