@@ -156,6 +156,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "kv_bytes_per_token": model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v),
             "weight_bytes_read_per_token": facts.bytes_read_per_token(&cfg),
             "expert_bytes": facts.expert_bytes,
+            "expert_cache": plan::expert_reads(&cfg, &facts, &req).map(|(hit, disk)| json!({"bytes": req.expert_cache, "uniform_hit_rate": hit, "disk_bytes_per_token": disk})),
             "reason": match &choice { Ok(c) => c.reason.clone(), Err(e) => e.to_string() },
             "alternatives": choice.as_ref().err().map(|e| e.alternatives.clone()),
             "table": table,
@@ -186,12 +187,21 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     if let Some(m) = cfg.moe {
         println!(
             "mixture of experts: {} of {} experts per token; experts {} of the file; a decoded \
-             token reads {} of weights (expert cache: none yet, streamed layers read every expert)",
+             token reads {} of weights",
             m.n_expert_used,
             m.n_expert,
             fmt_bytes(facts.expert_bytes),
             fmt_bytes(facts.bytes_read_per_token(&cfg))
         );
+        if let Some((hit, disk)) = plan::expert_reads(&cfg, &facts, &req) {
+            println!(
+                "expert cache {}: with uniform routing {:.0}% of chosen experts held, {} read \
+                 from disk a token (skewed routing, as real models have, holds more)",
+                fmt_bytes(req.expert_cache),
+                100.0 * hit,
+                fmt_bytes(disk)
+            );
+        }
     }
     println!(
         "budget {} from {} ({} usable after headroom)",

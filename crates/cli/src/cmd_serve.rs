@@ -211,9 +211,14 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };
     server::serve(m.model, m.tok, &m.path, params, opts, move |ctx, pressure| {
-        planned
-            .attach(&loaded, ctx, move |line| pressure.say(line))
-            .map_err(|e| format!("{:#}", explain(e)))
+        let log = pressure.clone();
+        let residence = planned
+            .attach(&loaded, ctx, move |line| log.say(line))
+            .map_err(|e| format!("{:#}", explain(e)))?;
+        if let Some(c) = residence.experts() {
+            pressure.experts(c.stats().clone());
+        }
+        Ok(residence)
     })?;
     Ok(())
 }

@@ -497,8 +497,9 @@ fn ffn_block(
 
 #[allow(clippy::too_many_arguments)] // the block's weights, rows and buffers
 /// Mixture-of-experts FFN block (`moe::moe_ffn`), in place in `xn`. The observer sees the FFN
-/// groups' stages begin before the router and end after the last expert: a streamed MoE layer
-/// reads all its experts (an expert cache is not built yet). LoRA adapters do not reach experts.
+/// groups' stages begin before the router and end after the last expert; the experts come from
+/// its expert cache when it has one (the stages then leave them out), else from the mapping (a
+/// streamed layer's stages then hold all its experts). LoRA adapters do not reach experts.
 fn moe_block(
     gm: &GroupMm,
     m: &MoeConfig,
@@ -514,6 +515,8 @@ fn moe_block(
     if let Some(o) = gm.obs {
         o.before_stage(gm.il, first);
     }
+    let src =
+        moe::ExpertSource { file: gm.file, cache: gm.obs.and_then(|o| o.experts()), il: gm.il };
     moe::moe_ffn(
         m,
         lw,
@@ -521,9 +524,9 @@ fn moe_block(
         n,
         d,
         ms,
+        src,
         // Experts take the row kernels: which tokens meet at an expert depends on the batch.
-        |w, x, rows, y| mm(gm.pool, gm.file, w, x, rows, y, qbuf, &[]),
-        |_| {},
+        |base, w, x, rows, y| mm(gm.pool, base, w, x, rows, y, qbuf, &[]),
     )?;
     if let Some(o) = gm.obs {
         (first..first + count).for_each(|st| o.after_stage(gm.il, st));

@@ -78,6 +78,9 @@ pub enum ModelError {
     TooManyOutputs { requested: usize, max: usize },
     #[error("kernel: {0}")]
     Kernel(String),
+    /// The expert cache could not serve an expert (a failed read, or the file cut short).
+    #[error("experts: {0}")]
+    Experts(String),
     #[error(transparent)]
     Lora(#[from] LoraError),
 }

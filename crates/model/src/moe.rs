@@ -8,11 +8,18 @@
 //! reads `n_expert_used` experts; a prompt of `n` tokens reads at most `min(n · k, n_expert)`.
 //! The gather and scatter copy `k` rows of `n_embd` per token, which is small next to the
 //! matmuls. Scratch is sized once ([`MoeScratch`]); nothing is allocated per call.
+//!
+//! The experts' bytes come from the mapping, or from an expert cache
+//! ([`memory::residency::ExpertCache`]) when the residency keeps them apart: the block then
+//! holds the chosen experts as they are computed (as many at once as the cache has slots) and
+//! computes on the cache's copy, which the cache reads while the first experts are computed on.
+
+use memory::residency::ExpertCache;
 
 use crate::arch::{Activation, Gating};
 use crate::config::MoeConfig;
 use crate::ops;
-use crate::weights::LayerWeights;
+use crate::weights::{LayerWeights, Mat};
 use crate::ModelError;
 
 /// Buffers of the MoE block for a micro-batch of `ub` tokens. Shapes are `[rows][width]`.
@@ -32,6 +39,8 @@ pub struct MoeScratch {
     rows: Vec<(usize, f32)>,
     /// [ub][n_embd] the weighted sum of the experts' outputs
     acc: Vec<f32>,
+    /// The experts some token chose, ascending
+    used: Vec<u32>,
 }
 
 impl MoeScratch {
@@ -39,6 +48,7 @@ impl MoeScratch {
     pub fn floats(m: &MoeConfig, ub: usize, n_embd: usize) -> usize {
         let ub = ub.max(1);
         ub.saturating_mul(m.n_expert + 2 * m.n_expert_used + 3 * n_embd + 2 * m.n_ff_exp + 2)
+            .saturating_add(m.n_expert)
     }
 
     pub fn new(m: &MoeConfig, ub: usize, n_embd: usize) -> MoeScratch {
@@ -52,6 +62,7 @@ impl MoeScratch {
             y: vec![0.0; ub * n_embd],
             rows: Vec::with_capacity(ub),
             acc: vec![0.0; ub * n_embd],
+            used: Vec::with_capacity(m.n_expert),
         }
     }
 }
@@ -75,10 +86,19 @@ pub fn route(probs: &[f32], k: usize, norm: bool, scale: f32, out: &mut [(u32, f
     out[..k].iter_mut().for_each(|(_, w)| *w = *w / div * scale);
 }
 
+/// Where a layer's experts' bytes are: the file mapping, or an expert cache.
+#[derive(Clone, Copy)]
+pub struct ExpertSource<'a> {
+    pub file: &'a [u8],
+    pub cache: Option<&'a ExpertCache>,
+    /// The layer, as the cache knows it.
+    pub il: usize,
+}
+
 /// `xn[t] = Σ_e w[t][e] · expert_e(xn[t])`, in place, for the `n` tokens of `xn`
-/// ([n][n_embd]), the experts and weights chosen by `lw`'s router. `mm(w, x, m, y)` is the matmul
-/// (`y[m][w.rows] = x[m][w.cols] · wᵀ`); `seen(e)` is told each expert used, in order.
-#[allow(clippy::too_many_arguments)] // the block's inputs, its buffers and two callbacks
+/// ([n][n_embd]), the experts and weights chosen by `lw`'s router. `mm(base, w, x, m, y)` is
+/// the matmul (`y[m][w.rows] = x[m][w.cols] · wᵀ`, `w`'s bytes at its offset in `base`).
+#[allow(clippy::too_many_arguments)] // the block's inputs, its buffers, its source and matmul
 pub fn moe_ffn(
     m: &MoeConfig,
     lw: &LayerWeights,
@@ -86,14 +106,14 @@ pub fn moe_ffn(
     n: usize,
     n_embd: usize,
     s: &mut MoeScratch,
-    mut mm: impl FnMut(&crate::weights::Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
-    mut seen: impl FnMut(usize),
+    src: ExpertSource,
+    mut mm: impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
     let (ne, k, fe, d) = (m.n_expert, m.n_expert_used, m.n_ff_exp, n_embd);
     let router = lw.router.as_ref().ok_or_else(|| {
         ModelError::Unsupported("a mixture-of-experts layer without a router".into())
     })?;
-    mm(router, &xn[..n * d], n, &mut s.probs[..n * ne])?;
+    mm(src.file, router, &xn[..n * d], n, &mut s.probs[..n * ne])?;
     for t in 0..n {
         let p = &mut s.probs[t * ne..(t + 1) * ne];
         match m.gating {
@@ -102,32 +122,46 @@ pub fn moe_ffn(
         }
         route(p, k, m.norm_weights, m.weights_scale, &mut s.chosen[t * k..(t + 1) * k]);
     }
+    s.used.clear();
+    s.used.extend((0..ne as u32).filter(|&e| s.chosen[..n * k].iter().any(|c| c.0 == e)));
     let out = &mut s.acc[..n * d];
     out.fill(0.0);
-    for e in 0..ne {
-        s.rows.clear();
-        for t in 0..n {
-            if let Some(&(_, w)) = s.chosen[t * k..(t + 1) * k].iter().find(|c| c.0 as usize == e) {
-                s.rows.push((t, w));
+    // The cache holds at most its slots at once: the experts are taken that many at a time.
+    let per = src.cache.map_or(s.used.len(), |c| c.slots()).max(1);
+    for group in (0..s.used.len()).step_by(per) {
+        let ids = &s.used[group..(group + per).min(s.used.len())];
+        let held = match src.cache {
+            Some(c) => Some(c.hold(src.il, ids).map_err(ModelError::Experts)?),
+            None => None,
+        };
+        for &e in ids {
+            s.rows.clear();
+            for t in 0..n {
+                if let Some(&(_, w)) = s.chosen[t * k..(t + 1) * k].iter().find(|c| c.0 == e) {
+                    s.rows.push((t, w));
+                }
             }
-        }
-        let r = s.rows.len();
-        if r == 0 {
-            continue;
-        }
-        seen(e);
-        let x_in = &mut s.x_in[..r * d];
-        for (i, &(t, _)) in s.rows.iter().enumerate() {
-            x_in[i * d..(i + 1) * d].copy_from_slice(&xn[t * d..(t + 1) * d]);
-        }
-        let [gate, up, down] = lw.expert(e, ne);
-        mm(&gate, x_in, r, &mut s.gate[..r * fe])?;
-        mm(&up, x_in, r, &mut s.up[..r * fe])?;
-        ops::glu(&mut s.gate[..r * fe], &s.up[..r * fe], Activation::Silu);
-        mm(&down, &s.gate[..r * fe], r, &mut s.y[..r * d])?;
-        for (i, &(t, w)) in s.rows.iter().enumerate() {
-            let o = &mut out[t * d..(t + 1) * d];
-            o.iter_mut().zip(&s.y[i * d..(i + 1) * d]).for_each(|(o, y)| *o += w * y);
+            let r = s.rows.len();
+            let x_in = &mut s.x_in[..r * d];
+            for (i, &(t, _)) in s.rows.iter().enumerate() {
+                x_in[i * d..(i + 1) * d].copy_from_slice(&xn[t * d..(t + 1) * d]);
+            }
+            let mats = lw.expert(e as usize, ne);
+            // From the cache: each block is exactly the matrix's bytes.
+            let (base, [gate, up, down]) = match &held {
+                Some(h) => {
+                    (h.get(e).map_err(ModelError::Experts)?, mats.map(|m| Mat { offset: 0, ..m }))
+                }
+                None => ([src.file; 3], mats),
+            };
+            mm(base[0], &gate, x_in, r, &mut s.gate[..r * fe])?;
+            mm(base[1], &up, x_in, r, &mut s.up[..r * fe])?;
+            ops::glu(&mut s.gate[..r * fe], &s.up[..r * fe], Activation::Silu);
+            mm(base[2], &down, &s.gate[..r * fe], r, &mut s.y[..r * d])?;
+            for (i, &(t, w)) in s.rows.iter().enumerate() {
+                let o = &mut out[t * d..(t + 1) * d];
+                o.iter_mut().zip(&s.y[i * d..(i + 1) * d]).for_each(|(o, y)| *o += w * y);
+            }
         }
     }
     xn[..n * d].copy_from_slice(out);

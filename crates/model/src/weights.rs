@@ -4,7 +4,7 @@
 //! f32 vectors at load.
 
 use gguf::{GgmlType, GgufFile, TensorInfo};
-use memory::residency::LayerStages;
+use memory::residency::{ExpertRanges, LayerStages};
 use memory::stages::{self, GROUPS};
 
 use crate::config::ModelConfig;
@@ -290,14 +290,37 @@ impl Weights {
         })
     }
 
+    /// Where each layer's experts are in the file (`[layer][expert]`: gate, up, down), for an
+    /// expert cache; empty unless every layer is a mixture of experts.
+    pub fn expert_ranges(&self, n_expert: usize) -> Vec<Vec<ExpertRanges>> {
+        // The cache numbers experts by layer: every layer must have them.
+        if n_expert == 0 || self.layers.iter().any(|l| l.router.is_none()) {
+            return Vec::new();
+        }
+        self.layers
+            .iter()
+            .map(|l| {
+                (0..n_expert).map(|e| l.expert(e, n_expert).map(|m| (m.offset, m.len))).collect()
+            })
+            .collect()
+    }
+
     /// Layer `il`'s matrices per stage, in the order the forward pass reads them: each group
     /// (`memory::stages`) cut into [`Weights::stage_blocks`] blocks of rows, as byte ranges of
-    /// the file: what layer streaming reads ahead and drops.
-    pub fn layer_stages(&self, il: usize) -> LayerStages {
+    /// the file: what layer streaming reads ahead and drops. `experts_apart`: a mixture of
+    /// experts' experts are left out (an expert cache serves them).
+    pub fn layer_stages(&self, il: usize, experts_apart: bool) -> LayerStages {
         let l = &self.layers[il];
+        let moe = experts_apart && l.router.is_some();
         let mut out = Vec::new();
         for (g, &nb) in self.stage_blocks.iter().enumerate() {
             let (mats, n) = l.group(g);
+            // The FFN groups of a mixture of experts: the router, then the stacked experts.
+            let n = match (moe, g) {
+                (true, 2) => 1,
+                (true, 3) => 0,
+                _ => n,
+            };
             for b in 0..nb {
                 out.push(
                     mats[..n]

@@ -22,6 +22,7 @@ use model::{kv, names, ContextParams, KvType, ModelConfig};
 use serde::Serialize;
 
 const MIB: u64 = 1 << 20;
+const PAGE: u64 = 4096;
 
 /// Bytes the process holds before any model: binary text and data, libc, allocator arenas,
 /// main stack (measured: `snug --help` peaks at 4.3 MiB; a run adds its arenas' bookkeeping).
@@ -92,6 +93,11 @@ pub struct ModelFacts {
     /// Bytes of the layers' stacked expert tensors (`ffn_*_exps`, part of `layer_bytes`); 0 for a
     /// dense model.
     pub expert_bytes: u64,
+    /// `[n_layer]` of those, per layer.
+    pub layer_expert_bytes: Vec<u64>,
+    /// Most bytes one expert's slot in an expert cache takes (its gate, up and down blocks, each
+    /// widened to whole pages); 0 unless every layer is a mixture of experts.
+    pub expert_slot_bytes: u64,
     /// Bytes of the biggest stage ([`stages`]: a block of rows of one group of a layer's
     /// matrices, what streaming holds whole while it computes).
     pub biggest_stage: u64,
@@ -124,6 +130,9 @@ impl ModelFacts {
         let (mut embd_bytes, mut embd_rows, mut other) = (0u64, 1u64, 0u64);
         let mut output_tied = true;
         let mut expert_bytes = 0u64;
+        let mut layer_experts: Vec<u64> = vec![0; c.n_layer];
+        let mut slot: Vec<u64> = vec![0; c.n_layer];
+        let n_expert = c.moe.map_or(1, |m| m.n_expert.max(1)) as u64;
         for t in &f.tensors {
             if let Some((il, suffix)) = names::split_layer(&t.name) {
                 if il >= c.n_layer {
@@ -132,6 +141,9 @@ impl ModelFacts {
                 layer_bytes[il] += t.size;
                 if names::is_experts(suffix) {
                     expert_bytes += t.size;
+                    layer_experts[il] += t.size;
+                    // Widened to whole pages: at most a page more than its bytes rounded up.
+                    slot[il] += (t.size / n_expert).next_multiple_of(PAGE) + PAGE;
                 }
                 if let Some(g) = names::stage_group(suffix) {
                     groups[il][g] += t.size;
@@ -156,6 +168,12 @@ impl ModelFacts {
             header_bytes: f.data_offset,
             layer_bytes,
             expert_bytes,
+            expert_slot_bytes: if c.moe.is_some() && layer_experts.iter().all(|&b| b > 0) {
+                slot.iter().copied().max().unwrap_or(0)
+            } else {
+                0
+            },
+            layer_expert_bytes: layer_experts,
             biggest_stage: stages::biggest_stage(max_group, max_row),
             embd_bytes,
             embd_row_bytes: embd_bytes / embd_rows,
@@ -183,6 +201,14 @@ impl ModelFacts {
         dense.saturating_sub(embd_unread) + experts
     }
 
+    /// Experts of all layers (0 unless every layer is a mixture of experts).
+    pub fn n_experts(&self, c: &ModelConfig) -> u64 {
+        if self.expert_slot_bytes == 0 {
+            return 0;
+        }
+        c.moe.map_or(0, |moe| (moe.n_expert * c.n_layer) as u64)
+    }
+
     fn layers_total(&self) -> u64 {
         self.layer_bytes.iter().fold(0, |a, &b| a.saturating_add(b))
     }
@@ -207,6 +233,10 @@ pub struct Request {
     pub residency: Residency,
     /// Layers kept resident under [`Residency::Stream`] (ignored otherwise).
     pub pinned_layers: usize,
+    /// Under [`Residency::Stream`], bytes of an expert cache holding a mixture of experts'
+    /// experts apart from their layers (`memory::residency::ExpertCache`); 0: the experts
+    /// stay in their layers.
+    pub expert_cache: u64,
     /// The KV cache stores only the last `window` positions of sliding-window layers.
     pub kv_windowed: bool,
     /// JSON mode may run (a server): its per-vocabulary table and masked row of logits
@@ -326,13 +356,47 @@ pub fn weights_resident(c: &ModelConfig, m: &ModelFacts, r: &Request) -> u64 {
             } else {
                 0
             };
-            let pinned_bytes = m.layer_bytes[..pinned.min(m.layer_bytes.len())]
-                .iter()
-                .fold(0u64, |a, &b| a.saturating_add(b));
-            fixed.saturating_add(pinned_bytes).saturating_add(streamed)
+            // With an expert cache a layer is what is left without its experts.
+            let apart = |il: usize| {
+                if r.expert_cache > 0 {
+                    m.layer_expert_bytes.get(il).copied().unwrap_or(0)
+                } else {
+                    0
+                }
+            };
+            let pinned_bytes = (0..pinned.min(m.layer_bytes.len()))
+                .map(|il| m.layer_bytes[il] - apart(il))
+                .fold(0u64, u64::saturating_add);
+            fixed
+                .saturating_add(pinned_bytes)
+                .saturating_add(streamed)
+                .saturating_add(r.expert_cache)
         }
         _ => fixed.saturating_add(m.layers_total()),
     }
+}
+
+/// What an expert cache of `r.expert_cache` bytes is expected to do for a decoded token, when
+/// routing is uniform (a synthetic model; real routing is skewed, and hits more): the share of
+/// chosen experts it holds (slots over all experts) and the bytes a token then reads from disk
+/// (the misses of its `n_expert_used` experts in every layer). `None` without a cache.
+pub fn expert_reads(c: &ModelConfig, m: &ModelFacts, r: &Request) -> Option<(f64, u64)> {
+    let all = m.n_experts(c);
+    if r.expert_cache == 0 || all == 0 || r.residency != Residency::Stream {
+        return None;
+    }
+    let hit = ((r.expert_cache / m.expert_slot_bytes.max(1)) as f64 / all as f64).min(1.0);
+    let per_token = c.moe.map_or(0, |moe| {
+        (m.expert_bytes as u128 * moe.n_expert_used as u128 / moe.n_expert.max(1) as u128) as u64
+    });
+    Some((hit, (per_token as f64 * (1.0 - hit)) as u64))
+}
+
+/// The smallest expert cache streaming plans for a mixture of experts: two tokens' experts (one
+/// computed on, one read), at most every expert; 0 when its experts cannot be kept apart.
+pub fn expert_cache_min(c: &ModelConfig, m: &ModelFacts) -> u64 {
+    let per_token = c.moe.map_or(0, |moe| moe.n_expert_used as u64);
+    (2 * per_token).min(m.n_experts(c)).saturating_mul(m.expert_slot_bytes)
 }
 
 /// Most streamed bytes the reader threads hold from the stage computing on: the biggest stage
@@ -423,6 +487,7 @@ pub fn draft_bytes(
         n_seq: 1,
         residency: Residency::Mmap,
         pinned_layers: c.n_layer,
+        expert_cache: 0,
         kv_windowed: true,
         json_mode: false,
         draft_tokens: 0,
@@ -512,6 +577,7 @@ pub fn choose(
         n_seq: w.n_seq.max(1),
         residency,
         pinned_layers: pinned,
+        expert_cache: 0,
         kv_windowed: w.kv_windowed,
         json_mode: w.json_mode,
         draft_tokens: w.draft_tokens,
@@ -539,16 +605,22 @@ pub fn choose(
             }
         }
     }
+    // Streaming a mixture of experts keeps its experts in a cache of their own, at least two
+    // tokens' worth; whatever room is left once every layer's attention is pinned goes to it.
+    let cache_min = expert_cache_min(c, m);
+    let stream = |n_ctx: usize, kv, pinned| Request {
+        expert_cache: cache_min,
+        ..req(n_ctx, kv, Residency::Stream, pinned)
+    };
     if matches!(w.residency, None | Some(Residency::Stream)) {
         for &n_ctx in &ctxs {
             // Most layers pinned such that the rest streams within the budget, per precision.
             // Each pinned layer adds its bytes, so the peak grows with the pinned count: a
             // binary search over it (O(layers · log layers); a linear one was quadratic).
             let pinned = |kv| {
-                let fits = |k: &usize| {
-                    predict(c, m, &req(n_ctx, kv, Residency::Stream, *k)).total <= usable
-                };
-                let layers: Vec<usize> = (0..c.n_layer).collect();
+                let fits = |k: &usize| predict(c, m, &stream(n_ctx, kv, *k)).total <= usable;
+                // All of them only when the experts are apart (else that is the whole model).
+                let layers: Vec<usize> = (0..=c.n_layer).collect();
                 layers.partition_point(fits).checked_sub(1)
             };
             // A streamed layer is read from disk every token, over ten times slower than memory:
@@ -562,7 +634,14 @@ pub fn choose(
                 }
             }
             if let Some((k, kv)) = best {
-                let rq = req(n_ctx, kv, Residency::Stream, k);
+                let mut rq = stream(n_ctx, kv, k);
+                if cache_min > 0 && k == c.n_layer {
+                    let slot = m.expert_slot_bytes;
+                    let room = usable.saturating_sub(predict(c, m, &rq).total);
+                    let all = slot.saturating_mul(m.n_experts(c));
+                    rq.expert_cache =
+                        cache_min.saturating_add(room / slot * slot).min(all).max(cache_min);
+                }
                 let p = predict(c, m, &rq);
                 let full = predict(c, m, &req(n_ctx, kv, Residency::Mmap, c.n_layer)).total;
                 let finer = kvs.first().filter(|&&f| f != kv).and_then(|&f| Some((f, pinned(f)?)));
@@ -575,13 +654,25 @@ pub fn choose(
                     ),
                     None => String::new(),
                 };
+                let experts = if rq.expert_cache > 0 {
+                    format!(
+                        "; experts apart from their layers: {} of {} cached in {}",
+                        rq.expert_cache / m.expert_slot_bytes,
+                        m.n_experts(c),
+                        fmt_bytes(rq.expert_cache)
+                    )
+                } else {
+                    String::new()
+                };
+                let layers = if k == c.n_layer {
+                    format!("all {k} layers pinned")
+                } else {
+                    format!("{k} of {} layers pinned, the rest streamed", c.n_layer)
+                };
                 let reason = format!(
-                    "the whole model needs {} but {} is usable: {} of {} layers pinned, the rest \
-                     streamed ({} peak){trade}",
+                    "the whole model needs {} but {} is usable: {layers} ({} peak){experts}{trade}",
                     fmt_bytes(full),
                     fmt_bytes(usable),
-                    k,
-                    c.n_layer,
                     fmt_bytes(p.total)
                 );
                 return Ok(Choice { request: rq, prediction: p, budget, reason });
@@ -607,7 +698,7 @@ pub fn choose(
         .find(|&(_, t)| t <= usable);
     alternatives.extend(cheaper_kv.map(|(k, t)| Alternative::Kv(k, t)));
     if r != Residency::Stream {
-        let t = predict(c, m, &req(n_ctx, kv, Residency::Stream, 0)).total;
+        let t = predict(c, m, &stream(n_ctx, kv, 0)).total;
         if t <= usable {
             alternatives.push(Alternative::Stream(t));
         }
@@ -747,6 +838,8 @@ pub(crate) mod tests {
             header_bytes: 6 << 20,
             layer_bytes: vec![140_000_000; 28],
             expert_bytes: 0,
+            layer_expert_bytes: vec![0; 28],
+            expert_slot_bytes: 0,
             biggest_stage: 15_400_000,
             embd_bytes: 306_000_000,
             embd_row_bytes: 2016,
@@ -760,6 +853,42 @@ pub(crate) mod tests {
             draft_bytes: 0,
         };
         (c, m)
+    }
+
+    #[test]
+    fn a_mixture_too_big_for_the_budget_pins_every_layer_and_caches_experts_in_the_rest() {
+        let (mut c, mut m) = qwen7b();
+        c.moe = Some(model::config::MoeConfig {
+            n_expert: 64,
+            n_expert_used: 4,
+            n_ff_exp: 768,
+            gating: model::arch::Gating::Softmax,
+            norm_weights: true,
+            weights_scale: 1.0,
+        });
+        // Each layer: 20 MB of attention and router, 64 experts of 2 MB.
+        m.layer_expert_bytes = vec![128 << 20; 28];
+        m.layer_bytes = vec![(20 << 20) + (128 << 20); 28];
+        m.expert_bytes = 28 * (128 << 20);
+        m.expert_slot_bytes = (2 << 20) + 3 * 4096;
+        let budget = 3u64 << 30;
+        let ch = choose(&c, &m, budget, &wants()).expect("fits by streaming");
+        let r = ch.request;
+        assert_eq!((r.residency, r.pinned_layers), (Residency::Stream, 28), "{}", ch.reason);
+        assert!(r.expert_cache > expert_cache_min(&c, &m), "the rest of the room holds experts");
+        assert_eq!(r.expert_cache % m.expert_slot_bytes, 0, "whole slots");
+        let usable = budget - headroom(budget);
+        assert!(ch.prediction.total <= usable);
+        assert!(ch.prediction.total + m.expert_slot_bytes > usable, "no slot left unused");
+        let (hit, disk) = expert_reads(&c, &m, &r).expect("a cache");
+        let slots = r.expert_cache / m.expert_slot_bytes;
+        assert!((hit - slots as f64 / (28.0 * 64.0)).abs() < 1e-9);
+        assert!(disk < m.expert_bytes * 4 / 64 && disk > 0);
+        // The same model without its experts apart (a dense model's facts) streams layers.
+        m.expert_slot_bytes = 0;
+        let dense = choose(&c, &m, budget, &wants()).expect("fits by streaming");
+        assert_eq!(dense.request.expert_cache, 0);
+        assert!(dense.request.pinned_layers < 28);
     }
 
     #[test]

@@ -363,6 +363,7 @@ mod tests {
             n_seq: 1,
             residency,
             pinned_layers: pinned,
+            expert_cache: 0,
             kv_windowed: false,
             json_mode: false,
             draft_tokens: 0,

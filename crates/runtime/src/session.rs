@@ -12,11 +12,12 @@
 //! end words them for itself (flags for the CLI, HTTP statuses for the server).
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use memory::probe::{self, Budget};
-use memory::residency::{self, Streamer};
+use memory::residency::{self, ExpertCache, LayerObserver, Streamer};
 use model::{Context, ContextParams, KvType, Model};
 use tokenizer::Tokenizer;
 
@@ -256,10 +257,28 @@ impl Planned {
                 RuntimeError::Residency("the model is not mapped from a file".into())
             })?;
         let map: &[u8] = &mapping;
-        let layers: Vec<_> =
-            (0..model.config.n_layer).map(|il| model.weights.layer_stages(il)).collect();
-        let n_layer = layers.len();
         let request = self.choice.request;
+        // Under an expert cache the layers' stages leave the experts out.
+        let apart = request.residency == Residency::Stream && request.expert_cache > 0;
+        let layers: Vec<_> =
+            (0..model.config.n_layer).map(|il| model.weights.layer_stages(il, apart)).collect();
+        let n_layer = layers.len();
+        if apart {
+            // What every token reads (the pinned layers' attention, norms and router, and the
+            // output projection) is read in now and nothing else of the file stays, and from
+            // then on a fault reads only its page: the experts are the cache's to read, and
+            // read-around of an embedding row or of a page reclaimed under the limit would fill
+            // the page cache with experts nobody chose, against the limit.
+            let mut hot: Vec<(usize, usize)> = layers[..request.pinned_layers.min(n_layer)]
+                .iter()
+                .flatten()
+                .flatten()
+                .copied()
+                .collect();
+            let out = &model.weights.output;
+            hot.push((out.offset, out.offset + out.len));
+            residency::read_in_only(&loaded.path, map, &hot).map_err(RuntimeError::Residency)?;
+        }
         let (pinned, lock) = match request.residency {
             Residency::Mlock => {
                 residency::populate(map);
@@ -276,17 +295,23 @@ impl Planned {
             // memory, v2 OOM-kills), and the governor turns them into streamed layers.
             Residency::Stream => (request.pinned_layers, false),
         };
-        let streamer = Arc::new(
-            Streamer::new(
-                mapping,
-                &loaded.path,
-                layers,
-                pinned,
-                lock,
-                plan::stream_window(&self.facts),
-            )
-            .map_err(RuntimeError::Residency)?,
-        );
+        let mut streamer = Streamer::new(
+            mapping,
+            &loaded.path,
+            layers,
+            pinned,
+            lock,
+            plan::stream_window(&self.facts),
+        )
+        .map_err(RuntimeError::Residency)?;
+        if apart {
+            let n_expert = model.config.moe.map_or(0, |m| m.n_expert);
+            let ranges = model.weights.expert_ranges(n_expert);
+            let cache = ExpertCache::new(&loaded.path, ranges, request.expert_cache)
+                .map_err(RuntimeError::Residency)?;
+            streamer = streamer.with_experts(cache);
+        }
+        let streamer = Arc::new(streamer);
         ctx.set_layer_observer(streamer.clone());
         let fit = Fit::new(model.config.clone(), self.facts.clone(), request, self.budget.bytes);
         let governor = Arc::new(Governor::new(fit, streamer, &self.budget));
@@ -305,6 +330,11 @@ impl Residence {
         self.governor.fit_kv(n_kv)
     }
 
+    /// The expert cache, when a mixture of experts' experts are kept apart from its layers.
+    pub fn experts(&self) -> Option<&ExpertCache> {
+        self.governor.streamer().experts()
+    }
+
     /// Peak RSS against the prediction and how many layers stayed pinned.
     pub fn report(&self) -> String {
         let mut out = String::new();
@@ -321,8 +351,20 @@ impl Residence {
             "snug: {} of {} layers pinned at exit; {} streamed-weight drops",
             st.pinned(),
             st.n_layer(),
-            st.drops.load(std::sync::atomic::Ordering::Relaxed)
+            st.drops.load(Ordering::Relaxed)
         );
+        if let Some(c) = self.experts() {
+            let s = c.stats();
+            out += &format!(
+                "\nsnug: expert cache {} ({} experts): {} hits, {} misses ({:.1}% hit), {} read",
+                plan::fmt_bytes(c.bytes()),
+                c.slots(),
+                s.hits.load(Ordering::Relaxed),
+                s.misses.load(Ordering::Relaxed),
+                100.0 * s.hit_rate(),
+                plan::fmt_bytes(s.bytes_read.load(Ordering::Relaxed))
+            );
+        }
         out
     }
 }

@@ -4,9 +4,10 @@
 //! parallel sequences cost their KV each, and what cannot run is a typed error with the numbers.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 
 use model::{Batch, Context, KvType};
-use runtime::{plan_context, Loaded, MemOptions, RunOptions, RuntimeError};
+use runtime::{plan_context, Loaded, MemOptions, Residency, RunOptions, RuntimeError};
 
 fn tiny(arch: &str) -> Loaded {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -82,4 +83,78 @@ fn what_cannot_run_is_a_typed_error_with_the_numbers() {
         }
         other => panic!("expected DoesNotFit, got {:?}", other.map(|_| ())),
     }
+}
+
+/// A mixture of experts planned to stream keeps its experts in a cache apart from its layers;
+/// a cache too small for them all reads, evicts and reads again, and the logits are those of
+/// the experts read through the mapping, bit for bit.
+#[test]
+fn experts_from_a_cache_too_small_for_them_give_the_mappings_logits() {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/agreement/tiny-qwen3moe.gguf");
+    let m = runtime::open(p.to_str().expect("utf-8 path")).expect("opens");
+    let moe = m.model.config.moe.expect("a mixture of experts");
+    let tokens: Vec<u32> = (0..48).map(|i| (i * 37 % 200) as u32 + 1).collect();
+    let run = |o: &RunOptions| {
+        let (params, planned) = plan_context(&m.model, o, 1, Some(57)).expect("fits");
+        let mut ctx = Context::new(m.model.clone(), params);
+        let residence = planned.attach(&m, &ctx, |_| {}).expect("attaches");
+        let mut logits: Vec<f32> = Vec::new();
+        // The prompt in micro-batches of 16, then greedy decoding a token at a time.
+        let mut pos = 0;
+        for chunk in tokens.chunks(16) {
+            let mut batch = Batch::default();
+            for (j, &t) in chunk.iter().enumerate() {
+                batch.push(t, pos + j, 0, j + 1 == chunk.len());
+            }
+            pos += chunk.len();
+            ctx.decode(&batch).expect("decodes");
+            logits.extend_from_slice(ctx.logits(0));
+        }
+        for _ in 0..8 {
+            let row = &logits[logits.len() - m.model.config.n_vocab..];
+            let next = (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b });
+            let mut batch = Batch::default();
+            batch.push(next as u32, pos, 0, true);
+            pos += 1;
+            ctx.decode(&batch).expect("decodes");
+            logits.extend_from_slice(ctx.logits(0));
+        }
+        let stats = residence.experts().map(|c| {
+            let s = c.stats();
+            (c.slots(), s.hits.load(Relaxed), s.misses.load(Relaxed))
+        });
+        (planned.choice.request, logits, stats)
+    };
+    // The same context and cache precision for both (streaming might otherwise pick another).
+    let base =
+        RunOptions { n_ctx: Some(128), kv: Some((KvType::F16, KvType::F16)), ..opts(1 << 30) };
+    let (plain, want, none) = run(&base);
+    assert_eq!(plain.residency, Residency::Mmap);
+    assert!(none.is_none(), "no cache when the model fits");
+    // Streaming in the least memory it fits: the cache then holds the fewest experts planned.
+    let stream = |ram: u64| RunOptions {
+        mem: MemOptions { ram: Some(ram), residency: Some(Residency::Stream) },
+        ..base
+    };
+    let (mut lo, mut hi) = (1u64 << 20, 1u64 << 30);
+    while hi - lo > 1024 {
+        let mid = (lo + hi) / 2;
+        if plan_context(&m.model, &stream(mid), 1, Some(57)).is_ok() {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let (req, got, stats) = run(&stream(hi));
+    let all = (moe.n_expert * m.model.config.n_layer) as u64;
+    assert!(req.expert_cache > 0 && (stats.expect("a cache").0 as u64) < all, "{req:?}");
+    assert_eq!(req.residency, Residency::Stream);
+    assert!(req.expert_cache > 0);
+    let (slots, hits, misses) = stats.expect("a cache");
+    assert!(misses > slots as u64, "{misses} misses for {slots} slots: nothing was evicted");
+    assert!(hits > 0);
+    assert_eq!((req.n_ctx, req.kv_k), (plain.n_ctx, plain.kv_k));
+    let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(got.len() == want.len() && diff == 0.0, "the cache's logits differ by {diff}");
 }

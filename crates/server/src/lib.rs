@@ -132,14 +132,21 @@ pub struct ServeOptions {
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
 /// printed on stderr, counted in `/metrics` as a memory-pressure event, and sheds the prefix
-/// cache (cached blocks no sequence holds are the first memory given back).
+/// cache (cached blocks no sequence holds are the first memory given back). The residency's
+/// expert cache, when it has one, reports its counters here too, for `/metrics`.
 #[derive(Clone)]
 pub struct PressureLog {
     events: prometheus_client::metrics::counter::Counter,
     shed: scheduler::Shed,
+    experts: metrics::ExpertSlot,
 }
 
 impl PressureLog {
+    /// The expert cache's counters, which `/metrics` reports from now on.
+    pub fn experts(&self, stats: Arc<memory::residency::ExpertStats>) {
+        let _ = self.experts.set(stats);
+    }
+
     pub fn say(&self, line: &str) {
         self.events.inc();
         self.shed.request();
@@ -462,7 +469,11 @@ pub fn open<R: 'static>(
     let counters = scheduler::Counters::default();
     let mut metrics = metrics::Metrics::new(&counters, opts.budget);
     let shed = scheduler::Shed::default();
-    let pressure = PressureLog { events: metrics.pressure_events.clone(), shed: shed.clone() };
+    let pressure = PressureLog {
+        events: metrics.pressure_events.clone(),
+        shed: shed.clone(),
+        experts: metrics.experts.clone(),
+    };
     let (store_tx, store_rx) = std::sync::mpsc::channel();
     let store_opts = opts.clone();
     let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {

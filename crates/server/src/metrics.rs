@@ -21,11 +21,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use engine::scheduler::{counters, Counters, Handle};
 
 pub mod vllm;
+use memory::residency::ExpertStats;
 use model::kv::pool::{ALLOC_LATENCY_BUCKETS_NS, ALLOC_LATENCY_SAMPLE};
 use model::lora::{AdapterStore, StoreStats};
 
@@ -62,6 +64,30 @@ impl EncodeMetric for Exported<counters::Histogram> {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Histogram
+    }
+}
+
+/// Where the expert cache's counters are, once the residency has one.
+pub type ExpertSlot = Arc<std::sync::OnceLock<Arc<ExpertStats>>>;
+
+/// One of the expert cache's counters, read at each scrape (0 without a cache).
+#[derive(Clone)]
+pub struct ExpertCounter(ExpertSlot, fn(&ExpertStats) -> &AtomicU64);
+
+impl std::fmt::Debug for ExpertCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExpertCounter")
+    }
+}
+
+impl EncodeMetric for ExpertCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let v = self.0.get().map_or(0, |s| self.1(s).load(Ordering::Relaxed));
+        encoder.encode_counter::<NoLabelSet, _, u64>(&v, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
     }
 }
 
@@ -268,6 +294,8 @@ pub struct Metrics {
     store: Option<Arc<AdapterStore>>,
     store_metrics: StoreMetrics,
     protocol: Option<vllm::Protocol>,
+    /// The expert cache's counters, set when the residency has one.
+    pub experts: ExpertSlot,
 }
 
 impl Metrics {
@@ -285,6 +313,8 @@ impl Metrics {
         let pressure_events = Counter::default();
         let adapter_requests = Family::<AdapterLabels, Counter>::default();
         let connections_refused = Counter::default();
+        let experts = ExpertSlot::default();
+        let expert = |f: fn(&ExpertStats) -> &AtomicU64| ExpertCounter(experts.clone(), f);
         macro_rules! register {
             ($($name:literal: $help:literal => $metric:expr),* $(,)?) => {
                 $(registry.register($name, $help, $metric.clone());)*
@@ -324,6 +354,12 @@ impl Metrics {
             "adapter_requests_by_name": "Generation requests by LoRA adapter" => adapter_requests,
             "connections_refused": "Connections answered 503 and closed at once because --max-connections were open"
                 => connections_refused,
+            "expert_cache_hits": "Chosen experts the expert cache held (a streamed mixture of experts)"
+                => expert(|s| &s.hits),
+            "expert_cache_misses": "Chosen experts the expert cache read from the model file"
+                => expert(|s| &s.misses),
+            "expert_read_bytes": "Bytes of experts the expert cache read from the model file"
+                => expert(|s| &s.bytes_read),
         }
         let store_metrics = StoreMetrics::default();
         store_metrics.register(registry);
@@ -338,6 +374,7 @@ impl Metrics {
             store: None,
             store_metrics,
             protocol: None,
+            experts,
         }
     }
 

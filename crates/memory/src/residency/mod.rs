@@ -3,7 +3,9 @@
 //! Three modes are one-shot and live here: `mmap` (nothing to do: pages come in on first touch),
 //! `populate` ([`populate`]: every page read in at load) and `mlock` ([`lock_all`]: read in and
 //! pinned, within `RLIMIT_MEMLOCK`). The fourth keeps some layers resident and streams the
-//! others through memory a stage at a time: the [`Streamer`]. Every mode runs through a
+//! others through memory a stage at a time: the [`Streamer`]; for a mixture of experts its
+//! layers are their attention, norms and router, and the experts live in an [`ExpertCache`]
+//! under a budget of their own. Every mode runs through a
 //! streamer (with every layer pinned it only counts stages), so the pressure governor can move
 //! layers between the two sets at any time.
 //!
@@ -15,9 +17,11 @@
 //! threads while populating. The measurements behind this are in BENCHMARKS.md (7B in cgroup
 //! limits, sessions 4 and 5).
 
+mod experts;
 mod pages;
 mod stream;
 
+pub use experts::{slot_bytes, ExpertCache, ExpertRanges, ExpertStats, Held};
 pub use stream::{LayerObserver, LayerStages, Release, Streamer};
 
 use pages::{outer, touch_pages};
@@ -41,6 +45,78 @@ pub fn populate(map: &[u8]) {
             }
         }
     });
+}
+
+/// Leaves exactly the byte ranges `hot` of the file `path` (mapped as `map`) in memory: drops
+/// every page of it this process maps and the page cache holds, asks that later faults read only
+/// their page (`MADV_RANDOM`), then reads `hot` in. [`READERS`] threads `pread` an equal share
+/// each with the file opened for random access (`POSIX_FADV_RANDOM`: no read-ahead past a read,
+/// so no folio straddles a neighbouring tensor), then fault the pages in, which finds them cached.
+/// For a mixture of experts whose experts an [`ExpertCache`] reads: without this, what the load's
+/// faults read around (several MiB each, as large folios that cannot be dropped while their other
+/// part is mapped) stays charged against the limit. Cost: whatever else of the file was cached
+/// is read again when needed.
+pub fn read_in_only(
+    path: &std::path::Path,
+    map: &[u8],
+    hot: &[(usize, usize)],
+) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    if let Some((p, n)) = pages::outer(map, 0, map.len()) {
+        // SAFETY: the whole read-only file mapping `map` borrows: MADV_RANDOM changes no data,
+        // and MADV_DONTNEED of a file mapping's pages loses nothing (they read back from the file).
+        unsafe {
+            libc::madvise(p, n, libc::MADV_RANDOM);
+            libc::madvise(p, n, libc::MADV_DONTNEED);
+        }
+    }
+    // SAFETY: advice on a descriptor we own; DONTNEED drops only clean cached pages nobody maps.
+    unsafe {
+        libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+        libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM);
+    }
+    let ranges = hot;
+    let total: usize = ranges.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
+    let part = total.div_ceil(READERS).max(1);
+    // The ranges cut into READERS parts of `part` bytes.
+    let mut parts: Vec<Vec<(usize, usize)>> = vec![Vec::new()];
+    let mut room = part;
+    for &(mut a, b) in ranges {
+        while a < b {
+            let n = (b - a).min(room);
+            if let Some(p) = parts.last_mut() {
+                p.push((a, a + n));
+            }
+            (a, room) = (a + n, room - n);
+            if room == 0 {
+                parts.push(Vec::new());
+                room = part;
+            }
+        }
+    }
+    let file = &file;
+    std::thread::scope(|sc| {
+        for p in &parts {
+            let read = move || {
+                let mut buf = vec![0u8; experts::READ_BYTES];
+                for &(lo, hi) in p {
+                    for at in (lo..hi).step_by(buf.len()) {
+                        let n = buf.len().min(hi - at);
+                        // A short or failed read leaves the rest to the page faults below.
+                        let _ = file.read_at(&mut buf[..n], at as u64);
+                    }
+                    touch_pages(map, lo, hi, || false);
+                }
+            };
+            // No thread to be had: read this part here instead.
+            if std::thread::Builder::new().spawn_scoped(sc, read).is_err() {
+                read();
+            }
+        }
+    });
+    Ok(())
 }
 
 /// `RLIMIT_MEMLOCK` soft limit in bytes (`None` = unlimited).

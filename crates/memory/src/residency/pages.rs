@@ -2,7 +2,7 @@
 //! the streamer share.
 
 /// The system page size (4096 if `sysconf` cannot say).
-fn page_size() -> usize {
+pub(super) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {

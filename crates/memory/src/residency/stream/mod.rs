@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use gguf::Mapping;
 
 use super::pages::inner;
-use super::{lock_range, unlock_range, READERS};
+use super::{lock_range, unlock_range, ExpertCache, READERS};
 use schedule::Shared;
 
 /// What a streamed stage's pages become after use.
@@ -62,6 +62,11 @@ pub trait LayerObserver: Send + Sync {
     /// Whether layer `il`'s stages are dropped after use now (the forward pass then computes
     /// it stage by stage, so that only a stage of it is held at once).
     fn streams(&self, il: usize) -> bool;
+    /// Where a mixture of experts' experts come from when not from the mapping: the layers'
+    /// stages then leave the experts out.
+    fn experts(&self) -> Option<&ExpertCache> {
+        None
+    }
 }
 
 /// Streams layers `pinned..n_layer` through memory a stage at a time; layers below `pinned`
@@ -89,6 +94,8 @@ pub struct Streamer {
     release: AtomicU8,
     /// Streamed-stage drops done (for logs and tests).
     pub drops: AtomicU64,
+    /// A mixture of experts' experts, when they are cached apart from their layers.
+    experts: Option<ExpertCache>,
 }
 
 impl Streamer {
@@ -117,6 +124,7 @@ impl Streamer {
             file,
             release: AtomicU8::new(Release::UnmapAndUncache as u8),
             drops: AtomicU64::new(0),
+            experts: None,
         };
         let pinned = s.pinned();
         if lock {
@@ -135,6 +143,13 @@ impl Streamer {
 
     fn map(&self) -> &[u8] {
         &self.map
+    }
+
+    /// Serves the experts from `cache` (whose layers' stages, given to [`Streamer::new`], leave
+    /// the experts out).
+    pub fn with_experts(mut self, cache: ExpertCache) -> Streamer {
+        self.experts = Some(cache);
+        self
     }
 
     pub fn pinned(&self) -> usize {
@@ -281,6 +296,10 @@ impl Streamer {
 }
 
 impl LayerObserver for Streamer {
+    fn experts(&self) -> Option<&ExpertCache> {
+        self.experts.as_ref()
+    }
+
     fn streams(&self, il: usize) -> bool {
         // Kept mapped (a warm cache charged elsewhere), a streamed layer costs no more held whole,
         // and one matmul per group is cheaper than one per block.
