@@ -75,6 +75,9 @@ const MAX_TO: usize = 16;
 const RESYNC: usize = 2;
 /// Tokens a copy must have agreed on before a departure from it may be learned from.
 const MIN_RUN: usize = 2;
+/// A copy followed this long is taken to come back after one changed source token as soon as
+/// the text writes the source's next token.
+const LONG_RUN: usize = 8;
 /// Substitutions kept (the oldest slot is reused past this).
 const MAX_SUBS: usize = 32;
 /// Departures from the source waiting for the text to come back to it.
@@ -225,21 +228,22 @@ impl Ngram {
     }
 
     /// After a token arrived: a departure whose source the text has come back to (its last
-    /// [`RESYNC`] tokens are the source's a few tokens on) is learned as a substitution, and
+    /// [`RESYNC`] tokens are the source's a few tokens on; one token, when it is the one right
+    /// after a single source token replaced in a long copy) is learned as a substitution, and
     /// the copy is followed from there.
     fn rejoin(&mut self) {
         let len = self.toks.len();
         self.departures.retain(|d| len <= d.out + MAX_TO + RESYNC);
-        let tail = &self.toks[len.saturating_sub(RESYNC)..];
         let found = self.departures.iter().rev().find_map(|d| {
-            let written = len.checked_sub(RESYNC)?.checked_sub(d.out)?;
             (1..=MAX_FROM).find_map(|k| {
+                let m = if k == 1 && d.run >= LONG_RUN { 1 } else { RESYNC };
                 let j = d.src + k;
-                (j + RESYNC <= d.out && self.toks[j..j + RESYNC] == *tail)
-                    .then_some((*d, j, written))
+                let written = len.checked_sub(m)?.checked_sub(d.out)?;
+                (j + m <= d.out && self.toks[j..j + m] == self.toks[len - m..])
+                    .then_some((*d, j, m, written))
             })
         });
-        let Some((d, j, written)) = found else { return };
+        let Some((d, j, m, written)) = found else { return };
         self.departures.clear();
         let mut from = self.toks[d.src..j].to_vec();
         let mut to = self.toks[d.out..d.out + written].to_vec();
@@ -258,7 +262,26 @@ impl Ngram {
                 self.next_slot = (self.next_slot + 1) % MAX_SUBS;
             }
         }
-        self.follow = Some(Follow { cursor: Cursor::at(j + RESYNC), run: d.run + RESYNC });
+        self.follow = Some(Follow { cursor: Cursor::at(j + m), run: d.run + m });
+    }
+
+    /// Where the text most likely comes back to its source after the latest departure: after
+    /// the text's last token, where the source holds that token up to [`MAX_FROM`] tokens past
+    /// where the text left it; else, where that token ends what a learned substitution writes
+    /// (the same change in another spelling: `(total` written `(r` `unning` `_sum`), as many
+    /// source tokens past it as that substitution replaces.
+    fn rejoining(&self) -> Option<Follow> {
+        let d = self.departures.last()?;
+        let &t = self.toks.last()?;
+        let j = (d.src + 1..=d.src + MAX_FROM)
+            .take_while(|&j| j < d.out)
+            .find(|&j| self.toks[j] == t)
+            .map(|j| j + 1)
+            .or_else(|| {
+                let s = self.subs.iter().find(|s| !s.dead && s.to.last() == Some(&t))?;
+                (self.toks.len() > d.out + 1).then_some(d.src + s.from.len())
+            })?;
+        Some(Follow { cursor: Cursor::at(j), run: 1 })
     }
 
     /// Guesses for what follows the sequence: the continuation of the longest earlier match
@@ -273,16 +296,20 @@ impl Ngram {
             // A hash collision is no match.
             (at >= n && self.toks[at - n..at] == *suffix).then_some((at, n))
         });
-        let mut c = match (self.follow, found) {
-            (Some(f), found) if f.cursor.at < len && found.is_none_or(|(_, n)| f.run >= n) => {
-                f.cursor
-            }
-            (_, Some((at, n))) => {
-                self.follow = Some(Follow { cursor: Cursor::at(at), run: n });
-                Cursor::at(at)
-            }
-            _ => return,
+        let follow = self.follow.filter(|f| f.cursor.at < len);
+        let found = found.map(|(at, n)| Follow { cursor: Cursor::at(at), run: n });
+        let mut best = match (follow, found) {
+            (Some(f), Some(g)) if g.run > f.run => Some(g),
+            (f, g) => f.or(g),
         };
+        // Just after a departure, a token the source holds a little past where the text left
+        // it most likely ends the change: copy on from there rather than from a short match.
+        if best.is_none_or(|b| b.run <= RESYNC) {
+            best = self.rejoining().or(best);
+        }
+        let Some(best) = best else { return };
+        self.follow = Some(best);
+        let mut c = best.cursor;
         let start = out.len();
         for _ in 0..max {
             let Some((t, next)) = self.next(c, &out[start..]) else { break };
@@ -477,5 +504,23 @@ mod tests {
         let mut d = drafter(&prompt);
         write(&mut d, &[1, 2, 10, 20, 3, 4, 5, 102, 1, 2]);
         assert_eq!(guess(&mut d, 3), vec![10, 20, 3]);
+    }
+
+    #[test]
+    fn after_a_changed_token_the_copy_resumes_past_it() {
+        // Source `1 … 9 X = 12 13 14 X = 60 61`: the answer writes Y (20) for X and then `=`;
+        // the latest `=` is followed by 60, but the copy goes on with 12.
+        let prompt = [100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 10, 11, 60, 61, 101];
+        let mut d = drafter(&prompt);
+        write(&mut d, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 11]);
+        assert_eq!(guess(&mut d, 3), vec![12, 13, 14]);
+        // After a long copy, one token of the source after the change has it learned: the
+        // next X is drafted as Y.
+        d.extend(&[12]);
+        assert_eq!(guess(&mut d, 4), vec![13, 14, 20, 11]);
+        // After a short copy, the draft resumes past the change all the same.
+        let mut d = drafter(&prompt);
+        write(&mut d, &[7, 8, 9, 20, 11]);
+        assert_eq!(guess(&mut d, 3), vec![12, 13, 14]);
     }
 }
