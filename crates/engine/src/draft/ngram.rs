@@ -9,6 +9,16 @@
 //! the last [`MAX_N`] tokens also occur later (code repeats short runs, such as an indented
 //! line's start, and the most recent one is then often the wrong place to copy from).
 //!
+//! An edit is learned as it is seen: where the text leaves its source (`total` written as
+//! `running_sum`) and comes back to it a few tokens on (agreeing on [`RESYNC`] tokens again
+//! within [`MAX_FROM`] source tokens of where it left), the source tokens skipped and the
+//! tokens written instead are kept as a substitution, and later copies of that source apply
+//! it. A rename is then drafted right from its second occurrence on, so drafts run whole
+//! through the renamed lines instead of breaking at each use of the name. Any number of
+//! substitutions (up to [`MAX_SUBS`]), of any token lengths, hold at once; one the text
+//! contradicts (copying the old tokens where it applied) is dropped, and none applies to text
+//! written after it was learned (that text already carries it).
+//!
 //! Index: per `n`, a hash map from the hash of `n` tokens to the position just after their
 //! latest occurrence, updated as each token arrives ([`MAX_N`] inserts a token), so a lookup is
 //! [`MAX_N`] probes whatever the text's length, and a hit is checked against the tokens
@@ -56,6 +66,67 @@ fn hash(toks: &[u32]) -> u64 {
     h.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// Most source tokens a learned substitution replaces.
+const MAX_FROM: usize = 8;
+/// Most tokens a learned substitution writes instead.
+const MAX_TO: usize = 16;
+/// Tokens the text must agree with its source on again for the change before them to be
+/// learned as a substitution.
+const RESYNC: usize = 2;
+/// Tokens a copy must have agreed on before a departure from it may be learned from.
+const MIN_RUN: usize = 2;
+/// A copy followed this long is taken to come back after one changed source token as soon as
+/// the text writes the source's next token.
+const LONG_RUN: usize = 8;
+/// Substitutions kept (the oldest slot is reused past this).
+const MAX_SUBS: usize = 32;
+/// Departures from the source waiting for the text to come back to it.
+const MAX_DEPARTURES: usize = 4;
+
+/// A change the text made to the text it copies: where the source holds `from`, the text wrote
+/// `to`. It applies to source positions before `before` (the text written after it was learned
+/// already carries the change, and may even hold `from` inside `to`).
+#[derive(Clone, Debug)]
+struct Sub {
+    from: Vec<u32>,
+    to: Vec<u32>,
+    before: usize,
+    /// The text copied `from` unchanged where this applied: it is no longer used.
+    dead: bool,
+}
+
+/// A place in the source as the text copies it, substitutions applied: the next source
+/// position, and inside a substitution being written, its slot and how many of its tokens
+/// were written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cursor {
+    at: usize,
+    sub: Option<(usize, usize)>,
+}
+
+impl Cursor {
+    fn at(at: usize) -> Cursor {
+        Cursor { at, sub: None }
+    }
+}
+
+/// The copy being followed: where the source goes on, and how many tokens the text and it
+/// agree on.
+#[derive(Clone, Copy, Debug)]
+struct Follow {
+    cursor: Cursor,
+    run: usize,
+}
+
+/// Where the text stopped copying its source: the source position of the first token not
+/// copied, the text position of the first token written instead, and the run agreed on before.
+#[derive(Clone, Copy, Debug)]
+struct Departure {
+    src: usize,
+    out: usize,
+    run: usize,
+}
+
 /// A prompt-lookup drafter over one sequence's tokens.
 #[derive(Default)]
 pub struct Ngram {
@@ -64,9 +135,14 @@ pub struct Ngram {
     /// `[n - 1]`: hash of `n` tokens → the position just after their latest occurrence that
     /// has at least one token after it.
     index: [Index; MAX_N],
-    /// The source being copied: the position whose token the text should hold next, and how
-    /// many tokens before it the text and the source agree on.
-    follow: Option<(usize, usize)>,
+    /// The source being copied.
+    follow: Option<Follow>,
+    /// Recent departures from a followed source, not yet rejoined (oldest first).
+    departures: Vec<Departure>,
+    /// Learned substitutions; the latest learned wins where several apply.
+    subs: Vec<Sub>,
+    /// The slot the next substitution takes once `subs` is full.
+    next_slot: usize,
 }
 
 impl Ngram {
@@ -74,10 +150,144 @@ impl Ngram {
         Ngram::default()
     }
 
+    /// The live substitution that applies at source position `at`, the latest learned first.
+    fn sub_at(&self, at: usize) -> Option<usize> {
+        let n = self.subs.len();
+        (0..n).map(|k| (self.next_slot + n - 1 - k) % n).find(|&i| {
+            let s = &self.subs[i];
+            !s.dead && at + s.from.len() <= s.before && self.toks[at..].starts_with(&s.from)
+        })
+    }
+
+    /// The next token of the copy at `c` and the cursor after it; positions past the text read
+    /// `ahead` (a draft continuing it). `None` past both.
+    fn next(&self, c: Cursor, ahead: &[u32]) -> Option<(u32, Cursor)> {
+        let mut at = c.at;
+        if let Some((i, off)) = c.sub {
+            let to = &self.subs[i].to;
+            let done = off + 1 == to.len();
+            return Some((to[off], Cursor { at, sub: (!done).then_some((i, off + 1)) }));
+        }
+        // Deletions (an empty `to`) skip their source; each skips at least one token.
+        while let Some(i) = self.sub_at(at) {
+            let s = &self.subs[i];
+            at += s.from.len();
+            if let Some(&t) = s.to.first() {
+                let sub = (s.to.len() > 1).then_some((i, 1));
+                return Some((t, Cursor { at, sub }));
+            }
+        }
+        let t = match self.toks.get(at) {
+            Some(&t) => t,
+            None => *ahead.get(at - self.toks.len())?,
+        };
+        Some((t, Cursor::at(at + 1)))
+    }
+
+    /// Where the unit of the copy at `c` (a source token, or a substitution) starts, in the
+    /// source and in the text (`at`: the text position of the token now arriving), and the
+    /// substitution it is.
+    fn unit(&self, c: Cursor, at: usize) -> (usize, usize, Option<usize>) {
+        match c.sub {
+            Some((i, off)) => (c.at - self.subs[i].from.len(), at - off, Some(i)),
+            None => (c.at, at, self.sub_at(c.at)),
+        }
+    }
+
+    /// The followed copy's account of token `t` arriving at text position `at` (not yet in
+    /// `toks`): the copy goes on, leaves a substitution the text did not make, or departs.
+    fn follow_token(&mut self, t: u32, at: usize) {
+        let Some(f) = self.follow.take() else { return };
+        if let Some((g, cursor)) = self.next(f.cursor, &[]) {
+            if g == t {
+                self.follow = Some(Follow { cursor, run: f.run + 1 });
+                return;
+            }
+        }
+        let (src, out, sub) = self.unit(f.cursor, at);
+        if let Some(i) = sub {
+            // The text copied the source unchanged where a substitution applied: drop it.
+            let n = at - out;
+            let same = self
+                .toks
+                .get(src..=src + n)
+                .is_some_and(|s| s[..n] == self.toks[out..] && s[n] == t);
+            if same {
+                self.subs[i].dead = true;
+                self.follow = Some(Follow { cursor: Cursor::at(src + n + 1), run: f.run + 1 });
+                return;
+            }
+        }
+        let run = f.run.saturating_sub(at - out);
+        if src < out && run >= MIN_RUN {
+            if self.departures.len() == MAX_DEPARTURES {
+                self.departures.remove(0);
+            }
+            self.departures.push(Departure { src, out, run });
+        }
+    }
+
+    /// After a token arrived: a departure whose source the text has come back to (its last
+    /// [`RESYNC`] tokens are the source's a few tokens on; one token, when it is the one right
+    /// after a single source token replaced in a long copy) is learned as a substitution, and
+    /// the copy is followed from there.
+    fn rejoin(&mut self) {
+        let len = self.toks.len();
+        self.departures.retain(|d| len <= d.out + MAX_TO + RESYNC);
+        let found = self.departures.iter().rev().find_map(|d| {
+            (1..=MAX_FROM).find_map(|k| {
+                let m = if k == 1 && d.run >= LONG_RUN { 1 } else { RESYNC };
+                let j = d.src + k;
+                let written = len.checked_sub(m)?.checked_sub(d.out)?;
+                (j + m <= d.out && self.toks[j..j + m] == self.toks[len - m..])
+                    .then_some((*d, j, m, written))
+            })
+        });
+        let Some((d, j, m, written)) = found else { return };
+        self.departures.clear();
+        let mut from = self.toks[d.src..j].to_vec();
+        let mut to = self.toks[d.out..d.out + written].to_vec();
+        // What both end with is copied, not changed.
+        while from.len() > 1 && from.last() == to.last() {
+            from.pop();
+            to.pop();
+        }
+        if to.len() <= MAX_TO && from != to {
+            let sub = Sub { from, to, before: d.out, dead: false };
+            if self.subs.len() < MAX_SUBS {
+                self.subs.push(sub);
+                self.next_slot = self.subs.len() % MAX_SUBS;
+            } else {
+                self.subs[self.next_slot] = sub;
+                self.next_slot = (self.next_slot + 1) % MAX_SUBS;
+            }
+        }
+        self.follow = Some(Follow { cursor: Cursor::at(j + m), run: d.run + m });
+    }
+
+    /// Where the text most likely comes back to its source after the latest departure: after
+    /// the text's last token, where the source holds that token up to [`MAX_FROM`] tokens past
+    /// where the text left it; else, where that token ends what a learned substitution writes
+    /// (the same change in another spelling: `(total` written `(r` `unning` `_sum`), as many
+    /// source tokens past it as that substitution replaces.
+    fn rejoining(&self) -> Option<Follow> {
+        let d = self.departures.last()?;
+        let &t = self.toks.last()?;
+        let j = (d.src + 1..=d.src + MAX_FROM)
+            .take_while(|&j| j < d.out)
+            .find(|&j| self.toks[j] == t)
+            .map(|j| j + 1)
+            .or_else(|| {
+                let s = self.subs.iter().find(|s| !s.dead && s.to.last() == Some(&t))?;
+                (self.toks.len() > d.out + 1).then_some(d.src + s.from.len())
+            })?;
+        Some(Follow { cursor: Cursor::at(j), run: 1 })
+    }
+
     /// Guesses for what follows the sequence: the continuation of the longest earlier match
-    /// (the followed source, or the longest suffix found), copied forward (a match that runs
-    /// into the end of the text continues into the guess itself, so a repeating pattern is
-    /// guessed whole).
+    /// (the followed source, or the longest suffix found), copied forward with the learned
+    /// substitutions (a match that runs into the end of the text continues into the guess
+    /// itself, so a repeating pattern is guessed whole).
     fn lookup(&mut self, max: usize, out: &mut Vec<u32>) {
         let len = self.toks.len();
         let found = (MIN_N..=MAX_N.min(len)).rev().find_map(|n| {
@@ -86,19 +296,25 @@ impl Ngram {
             // A hash collision is no match.
             (at >= n && self.toks[at - n..at] == *suffix).then_some((at, n))
         });
-        let from = match (self.follow, found) {
-            (Some((p, run)), found) if p < len && found.is_none_or(|(_, n)| run >= n) => p,
-            (_, Some(found)) => {
-                self.follow = Some(found);
-                found.0
-            }
-            _ => return,
+        let follow = self.follow.filter(|f| f.cursor.at < len);
+        let found = found.map(|(at, n)| Follow { cursor: Cursor::at(at), run: n });
+        let mut best = match (follow, found) {
+            (Some(f), Some(g)) if g.run > f.run => Some(g),
+            (f, g) => f.or(g),
         };
+        // Just after a departure, a token the source holds a little past where the text left
+        // it most likely ends the change: copy on from there rather than from a short match.
+        if best.is_none_or(|b| b.run <= RESYNC) {
+            best = self.rejoining().or(best);
+        }
+        let Some(best) = best else { return };
+        self.follow = Some(best);
+        let mut c = best.cursor;
         let start = out.len();
-        for j in 0..max {
-            let src = from + j;
-            let t = if src < len { self.toks[src] } else { out[start + src - len] };
+        for _ in 0..max {
+            let Some((t, next)) = self.next(c, &out[start..]) else { break };
             out.push(t);
+            c = next;
         }
     }
 }
@@ -112,6 +328,9 @@ impl Drafter for Ngram {
         self.toks.clear();
         self.index.iter_mut().for_each(Index::clear);
         self.follow = None;
+        self.departures.clear();
+        self.subs.clear();
+        self.next_slot = 0;
         self.extend(prompt);
     }
 
@@ -119,13 +338,14 @@ impl Drafter for Ngram {
         for &t in toks {
             // The n-grams ending just before `t` now have a token after them.
             let at = self.toks.len();
-            self.follow = (self.follow)
-                .filter(|&(p, _)| self.toks.get(p) == Some(&t))
-                .map(|(p, run)| (p + 1, run + 1));
+            self.follow_token(t, at);
             for n in 1..=MAX_N.min(at) {
                 self.index[n - 1].insert(hash(&self.toks[at - n..at]), at as u32);
             }
             self.toks.push(t);
+            if !self.departures.is_empty() {
+                self.rejoin();
+            }
         }
     }
 
@@ -223,5 +443,84 @@ mod tests {
         d.extend(&[10, 21]); // "let y"
         d.extend(&[30]); // " ="
         assert_eq!(guess(&mut d, 3), vec![40, 41, 20]);
+    }
+
+    /// Writes `toks` one by one, drafting before each as a session does (drafts set the copy
+    /// followed).
+    fn write(d: &mut Ngram, toks: &[u32]) {
+        for &t in toks {
+            guess(d, 4);
+            d.extend(&[t]);
+        }
+    }
+
+    // A code block `1 2 3 X 4 5 6 X 7 8 9 X 11 12` after an instruction (100) and before its
+    // end (101), with X = 10.
+    const BLOCK: [u32; 16] = [100, 1, 2, 3, 10, 4, 5, 6, 10, 7, 8, 9, 10, 11, 12, 101];
+
+    #[test]
+    fn a_rename_seen_once_is_drafted_in_later_copies() {
+        // The answer renames 10 to the two tokens 20 21. Once it has written the first one and
+        // come back to the source for two tokens, drafts carry the new name.
+        let mut d = drafter(&BLOCK);
+        write(&mut d, &[1, 2, 3, 20, 21, 4, 5]);
+        assert_eq!(guess(&mut d, 5), vec![6, 20, 21, 7, 8]);
+        write(&mut d, &[6, 20, 21, 7, 8, 9]);
+        assert_eq!(guess(&mut d, 5), vec![20, 21, 11, 12, 101]);
+        // A copy found by lookup, not followed, takes it too.
+        let mut d = drafter(&BLOCK);
+        write(&mut d, &[1, 2, 3, 20, 21, 4, 5, 6, 20, 21, 7]);
+        d.follow = None;
+        assert_eq!(guess(&mut d, 4), vec![8, 9, 20, 21]);
+    }
+
+    #[test]
+    fn several_renames_of_different_lengths_are_learned() {
+        // Source: `1 2 3 X 4 5 Y Z 6 7 8 X 9 Y Z 11 12 X`; the answer writes X (10) as 20 21 22
+        // and the two tokens Y Z (30 31) as 40.
+        let prompt = [100, 1, 2, 3, 10, 4, 5, 30, 31, 6, 7, 8, 10, 9, 30, 31, 11, 12, 10, 101];
+        let mut d = drafter(&prompt);
+        write(&mut d, &[1, 2, 3, 20, 21, 22, 4, 5, 40, 6, 7]);
+        assert_eq!(guess(&mut d, 8), vec![8, 20, 21, 22, 9, 40, 11, 12]);
+        write(&mut d, &[8, 20, 21, 22, 9, 40, 11]);
+        assert_eq!(guess(&mut d, 5), vec![12, 20, 21, 22, 101]);
+    }
+
+    #[test]
+    fn a_substitution_the_text_does_not_make_is_dropped() {
+        // Renamed once, then the answer copies X unchanged: later copies draft X again.
+        let mut d = drafter(&BLOCK);
+        write(&mut d, &[1, 2, 3, 20, 21, 4, 5, 6]);
+        assert_eq!(guess(&mut d, 2), vec![20, 21]);
+        write(&mut d, &[10, 7, 8, 9]);
+        assert_eq!(guess(&mut d, 3), vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn the_text_written_after_a_rename_is_copied_as_it_is() {
+        // A rename whose new name holds the old one (10 → 10 20): a later copy of the answer's
+        // own text, which already carries it, is not renamed twice.
+        let prompt = [100, 1, 2, 10, 3, 4, 5, 101];
+        let mut d = drafter(&prompt);
+        write(&mut d, &[1, 2, 10, 20, 3, 4, 5, 102, 1, 2]);
+        assert_eq!(guess(&mut d, 3), vec![10, 20, 3]);
+    }
+
+    #[test]
+    fn after_a_changed_token_the_copy_resumes_past_it() {
+        // Source `1 … 9 X = 12 13 14 X = 60 61`: the answer writes Y (20) for X and then `=`;
+        // the latest `=` is followed by 60, but the copy goes on with 12.
+        let prompt = [100, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 10, 11, 60, 61, 101];
+        let mut d = drafter(&prompt);
+        write(&mut d, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 11]);
+        assert_eq!(guess(&mut d, 3), vec![12, 13, 14]);
+        // After a long copy, one token of the source after the change has it learned: the
+        // next X is drafted as Y.
+        d.extend(&[12]);
+        assert_eq!(guess(&mut d, 4), vec![13, 14, 20, 11]);
+        // After a short copy, the draft resumes past the change all the same.
+        let mut d = drafter(&prompt);
+        write(&mut d, &[7, 8, 9, 20, 11]);
+        assert_eq!(guess(&mut d, 3), vec![12, 13, 14]);
     }
 }
