@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates testdata/agreement/: a tiny random-weight GGUF per new architecture (written by
 # `snug synth`) and llama.cpp's log-probabilities on it (`llama-perplexity
-# --kl-divergence-base`), which crates/model/tests/agreement.rs compares snug's logits with.
+# --kl-divergence-base`), which crates/engine/tests/agreement.rs compares snug's logits with
+# (through `engine::kl_divergence`, as `snug perplexity MODEL --kl-divergence-base FILE` does).
 #
 # Needs: target/ci/snug (`cargo build --profile ci -p snug`) and llama.cpp's binaries
 # (../shared/tools/build-llamacpp.sh puts them in ~/.cache/llamacpp/bin; LLAMA_BIN overrides).

@@ -76,3 +76,29 @@ fn perplexity_with_a_lora_adapter_agrees_with_llama_perplexity_within_half_a_per
     let extra = [OsStr::new("--lora"), adapter.as_os_str()];
     agrees("qwen2.5-coder-0.5b", &extra, "20", (LORA_PPL, LORA_PPL_STDERR), 0.005);
 }
+
+/// `--kl-divergence-base` reads llama-perplexity's saved logits (`testdata/agreement/`) and
+/// scores every position it holds; a `--ctx` other than the file's is refused, naming both.
+#[test]
+fn kl_divergence_base_scores_the_positions_llama_perplexity_saved() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/agreement");
+    let (model, base) = (data.join("tiny-qwen3.gguf"), data.join("tiny-qwen3.kld"));
+    let args = [
+        OsStr::new("perplexity"),
+        model.as_os_str(),
+        OsStr::new("--kl-divergence-base"),
+        base.as_os_str(),
+        OsStr::new("--json"),
+    ];
+    let j = common::snug_json(&args);
+    assert_eq!(j["n_positions"].as_u64(), Some(3 * 255), "{j}");
+    assert!(j["top1"].as_f64().unwrap() >= 0.99, "{j}");
+    assert!(j["mean_kl"].as_f64().unwrap() <= 0.01, "{j}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_snug"))
+        .args(&args[..4])
+        .args(["--ctx", "256"])
+        .output()
+        .expect("snug runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("256") && err.contains("512"), "{err}");
+}

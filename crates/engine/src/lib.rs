@@ -11,6 +11,7 @@ pub mod generate;
 pub mod json;
 pub mod json_schema;
 pub mod json_syntax;
+mod kl_base;
 pub mod logprobs;
 pub mod perplexity;
 pub mod sampling;
@@ -22,6 +23,7 @@ pub mod tools;
 
 pub use generate::{GenStats, GenerateParams, Session, StopReason};
 pub use json::{JsonFormat, JsonMask, JsonVocab};
+pub use kl_base::{kl_divergence, Agreement, KlBase, KlBaseError};
 pub use model::eval::{evaluate, EvalResult, PositionRow};
 pub use perplexity::{perplexity, PerplexityResult};
 pub use sampling::{Sampler, SamplerParams, MAX_REPEAT_LAST_N, REPEAT_LAST_N_WHOLE_CONTEXT};

@@ -40,6 +40,8 @@ pub enum PreType {
     Gpt3Finnish,
     Exaone,
     Minerva,
+    /// o200k (GPT-4o, Phi-4-mini, Llama 4): words split at an ASCII lower-to-upper case change.
+    Gpt4o,
 }
 
 /// What a `tokenizer.ggml.pre` name implies beyond its split rules (llama.cpp's `load`).
@@ -62,7 +64,7 @@ midm-2.0, lfm2, deepseek-llm, deepseek-coder, falcon, mpt, starcoder, gpt-2, phi
 jina-de, gigachat, jina-v2-es, jina-v2-de, a.x-4.0, mellum, jina-v1-en, jina-v2-code, roberta-bpe, \
 refact, command-r, qwen2, deepseek-r1-qwen, megrez, stablelm2, olmo, dbrx, smaug-bpe, poro-chat, \
 chatglm-bpe, glm4, viking, jais, smollm, codeshell, bloom, gpt3-finnish, exaone, exaone4, minerva-7b, \
-trillion, granite-docling";
+trillion, granite-docling, gpt-4o, llama4, kanana2, talkie";
 
 impl PreType {
     /// Maps a `tokenizer.ggml.pre` value (BPE vocabularies) as llama.cpp does; an empty name
@@ -138,6 +140,10 @@ impl PreType {
             "gpt3-finnish" => Gpt3Finnish,
             "exaone" => Exaone,
             "minerva-7b" => Minerva,
+            "gpt-4o" | "llama4" | "kanana2" | "talkie" => {
+                info.clean_spaces = false;
+                Gpt4o
+            }
             other => {
                 return Err(TokenizerError::UnknownPre { name: other.to_string() });
             }
@@ -155,6 +161,8 @@ enum Stage {
     Llama3,
     /// Qwen2's pattern: Llama 3's with single digits; llama.cpp runs it through `std::regex`.
     Qwen2,
+    /// o200k's pattern as llama.cpp rewrites and runs it (see [`split_gpt4o`]).
+    Gpt4o,
     /// A `\p{..}` regex over the collapsed text (one byte per code point).
     Collapsed(regex::bytes::Regex),
     /// A regex over the code points, non-ASCII whitespace replaced by `\x0B`.
@@ -198,12 +206,14 @@ impl PreTokenizer {
             Gpt2,
             Llama3,
             Qwen2,
+            Gpt4o,
             C(&'static str),
             W(&'static str),
         }
         let spec: Vec<S> = match pre {
             Llama3 | Dbrx | Smaug | Chatglm4 => vec![S::Llama3],
             Qwen2 | Stablelm2 => vec![S::Qwen2],
+            Gpt4o => vec![S::Gpt4o],
             Gpt2 | Mpt | Olmo | Jais => vec![S::Gpt2],
             Starcoder | Refact | CommandR | Smollm | Codeshell | Exaone | Minerva => {
                 vec![S::C("\\p{N}"), S::Gpt2]
@@ -239,6 +249,7 @@ impl PreTokenizer {
                 S::Gpt2 => Stage::Gpt2,
                 S::Llama3 => Stage::Llama3,
                 S::Qwen2 => Stage::Qwen2,
+                S::Gpt4o => Stage::Gpt4o,
                 S::C(expr) => {
                     let collapsed = collapse_regex(expr);
                     Stage::Collapsed(regex::bytes::Regex::new(&collapsed).map_err(|e| {
@@ -360,6 +371,7 @@ fn scanner(stage: &Stage) -> Option<ScanFn> {
         Stage::Gpt2 => Some(split_gpt2),
         Stage::Llama3 => Some(split_llama3),
         Stage::Qwen2 => Some(split_qwen2),
+        Stage::Gpt4o => Some(split_gpt4o),
         _ => None,
     }
 }
@@ -570,34 +582,99 @@ fn split_llama3_like(
             pos = p;
             continue;
         }
-        // \p{N}{1,max}
-        if is_n(f) {
-            let mut p = pos;
-            while p < end && is_n(cls[p]) && p - pos < max_digits {
-                p += 1;
-            }
-            out.push(p - pos);
-            pos = p;
-            continue;
-        }
-        // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-        let sp = (c == ' ' as u32) as usize;
-        if is_other(if sp == 1 { flags(pos + 1) } else { f }) {
-            let mut p = pos + sp;
-            while is_other(flags(p)) {
-                p += 1;
-            }
-            while p < end && is_crlf(cps[p]) {
-                p += 1;
-            }
-            out.push(p - pos);
-            pos = p;
-            continue;
-        }
-        let len = whitespace_run(cps, cls, pos, end, true).max(1);
+        let len = rest_run(cps, cls, pos, end, max_digits, is_crlf);
         out.push(len);
         pos += len;
     }
+}
+
+/// o200k: `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}|
+/// ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with C the contractions `'[sS]`,
+/// `'[tT]`, `'[rR][eE]`, `'[vV][eE]`, `'[mM]`, `'[lL][lL]`, `'[dD]`. The original's U and L are
+/// upper- and lower-case letter classes; llama.cpp runs it over its collapsed text, where every
+/// non-ASCII letter is one byte, so U is "a letter but not a-z", L "a letter but not A-Z", and
+/// marks are not letters. A backtracking engine's first match of the letter alternatives is:
+/// U* to the first a-z, then L+ on from there; a run with no a-z ends after its last non-ASCII
+/// letter (A-Z after it start the next word); a run of A-Z only is one word.
+fn split_gpt4o(cps: &[u32], cls: &[u8], ini: usize, end: usize, out: &mut Vec<usize>) {
+    let flags = |p: usize| if p < end { cls[p] } else { 0 };
+    let upper = |p: usize| is_l(flags(p)) && !(b'a' as u32..=b'z' as u32).contains(&cps[p]);
+    let lower = |p: usize| is_l(flags(p)) && !(b'A' as u32..=b'Z' as u32).contains(&cps[p]);
+    // End of the letter alternatives' match for a letter run starting at `s`.
+    let word = |s: usize| {
+        let mut k = s;
+        while upper(k) {
+            k += 1;
+        }
+        let e = if lower(k) {
+            let mut e = k + 1;
+            while lower(e) {
+                e += 1;
+            }
+            e
+        } else {
+            // Only U letters: up to the last one that is also L (non-ASCII), else all of them.
+            (s..k).rev().find(|&p| lower(p)).map_or(k, |p| p + 1)
+        };
+        if e < end {
+            e + contraction(cps, e, end, true)
+        } else {
+            e
+        }
+    };
+    let mut pos = ini;
+    while pos < end {
+        let (c, f) = (cps[pos], cls[pos]);
+        if is_l(f) {
+            let e = word(pos);
+            out.push(e - pos);
+            pos = e;
+            continue;
+        }
+        if !(is_crlf(c) || is_n(f)) && is_l(flags(pos + 1)) {
+            let e = word(pos + 1);
+            out.push(e - pos);
+            pos = e;
+            continue;
+        }
+        let len = rest_run(cps, cls, pos, end, 3, |c| is_crlf(c) || c == '/' as u32);
+        out.push(len);
+        pos += len;
+    }
+}
+
+/// The rules after the letter ones in the Llama 3 family and o200k: `\p{N}{1,max_digits}|
+/// ?[^\s\p{L}\p{N}]+T*` (T: `[\r\n]`, o200k's `[\r\n/]`, as `tail` says), then the whitespace
+/// rules. Returns the match length at `pos`, at least 1.
+fn rest_run(
+    cps: &[u32],
+    cls: &[u8],
+    pos: usize,
+    end: usize,
+    max_digits: usize,
+    tail: fn(u32) -> bool,
+) -> usize {
+    let flags = |p: usize| if p < end { cls[p] } else { 0 };
+    let f = cls[pos];
+    if is_n(f) {
+        let mut p = pos;
+        while p < end && is_n(cls[p]) && p - pos < max_digits {
+            p += 1;
+        }
+        return p - pos;
+    }
+    let sp = (cps[pos] == ' ' as u32) as usize;
+    if is_other(if sp == 1 { flags(pos + 1) } else { f }) {
+        let mut p = pos + sp;
+        while is_other(flags(p)) {
+            p += 1;
+        }
+        while p < end && tail(cps[p]) {
+            p += 1;
+        }
+        return p - pos;
+    }
+    whitespace_run(cps, cls, pos, end, true).max(1)
 }
 
 #[cfg(test)]
@@ -632,6 +709,38 @@ mod tests {
     fn gpt2_keeps_trailing_space_run_before_a_word() {
         assert_eq!(words(PreType::Gpt2, "a   b"), ["a", "  ", " b"]);
         assert_eq!(words(PreType::Gpt2, "x  "), ["x", "  "]);
+    }
+
+    #[test]
+    fn gpt4o_splits_at_case_changes_as_llama_cpp_runs_it() {
+        use PreType::Gpt4o;
+        assert_eq!(words(Gpt4o, "HelloWorld HTTPServer"), ["Hello", "World", " HTTPServer"]);
+        assert_eq!(words(Gpt4o, "Привет мир"), ["Привет", " мир"]);
+        // No a-z in the run: it ends after its last non-ASCII letter.
+        assert_eq!(words(Gpt4o, "ПриветWORLD ПриветWorld"), ["Привет", "WORLD", " ПриветWorld"]);
+        assert_eq!(words(Gpt4o, "I'M don't"), ["I'M", " don't"]);
+        assert_eq!(words(Gpt4o, "12345 a/b\n\n"), ["123", "45", " a", "/b", "\n\n"]);
+        assert_eq!(words(Gpt4o, "x  (y)//\n"), ["x", " ", " (", "y", ")//\n"]);
+        // Marks are not letters in llama.cpp's collapsed text.
+        assert_eq!(words(Gpt4o, "नमस्ते"), ["नमस", "्त", "े"]);
+    }
+
+    /// llama.cpp's own words on a multilingual sample (English, Chinese, Japanese, Russian,
+    /// Arabic, Hindi, Korean, Hebrew, Thai, Vietnamese, Greek, Turkish, German, emoji, code,
+    /// whitespace runs): `scripts/gpt4o-split-refs.sh`.
+    #[test]
+    fn gpt4o_words_match_llama_cpp_on_a_multilingual_sample() {
+        let refs: serde_json::Value =
+            serde_json::from_str(include_str!("../../../testdata/tokenizer/gpt4o-words.json"))
+                .unwrap();
+        let cases = refs["cases"].as_array().unwrap();
+        assert!(cases.len() > 20);
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let want: Vec<&str> =
+                case["words"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+            assert_eq!(words(PreType::Gpt4o, text), want, "{text:?}");
+        }
     }
 
     #[test]
