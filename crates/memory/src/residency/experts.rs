@@ -41,6 +41,10 @@ use super::READERS;
 /// several readers share a big block.
 pub const READ_BYTES: usize = 1 << 20;
 
+/// How many given-back lists of held slots a cache keeps: one per hold alive at once (the
+/// forward pass holds one group at a time), with room to spare.
+const SPARE_LISTS: usize = 4;
+
 /// Where one expert's gate, up and down blocks are in the file: `(offset, len)` each.
 pub type ExpertRanges = [(usize, usize); 3];
 
@@ -137,6 +141,8 @@ struct State {
     stop: bool,
     /// Why the last failed read failed.
     error: Option<String>,
+    /// Lists of held slots that dropped [`Held`]s gave back, so a hold does not allocate.
+    spare: Vec<Vec<(u32, usize)>>,
 }
 
 struct Shared {
@@ -226,6 +232,7 @@ impl ExpertCache {
             queue: VecDeque::new(),
             stop: false,
             error: None,
+            spare: Vec::new(),
         };
         let shared = Arc::new(Shared {
             use_direct: AtomicBool::new(direct.is_some()),
@@ -285,8 +292,10 @@ impl ExpertCache {
         }
         // Declared before the lock's guard, so that on an early return it is dropped (and
         // takes the lock to release its slots) after the guard.
-        let mut held = Held { cache: self, il, slots: Vec::with_capacity(experts.len()) };
+        let mut held = Held { cache: self, il, slots: Vec::new() };
         let mut st = sh.lock();
+        held.slots = st.spare.pop().unwrap_or_default();
+        held.slots.reserve(experts.len());
         for &e in experts {
             let key = il * sh.n_expert + e as usize;
             if key >= sh.ranges.len() {
@@ -402,6 +411,11 @@ impl Drop for Held<'_> {
         for &(_, s) in &self.slots {
             st.slots[s].held -= 1;
             st.release_if_idle(s);
+        }
+        if st.spare.len() < SPARE_LISTS {
+            let mut list = std::mem::take(&mut self.slots);
+            list.clear();
+            st.spare.push(list);
         }
     }
 }
@@ -580,6 +594,14 @@ mod tests {
         assert_eq!(cache.stats().hits.load(Ordering::Relaxed), 3, "0 and 2 stayed");
         drop(cache.hold(1, &[4]).unwrap());
         assert_eq!(cache.stats().misses.load(Ordering::Relaxed), 5, "4 was the one reused");
+        // A hold takes the list of slots the last one gave back: decoding allocates nothing.
+        // (`taken` would take the freed list's memory if the list were freed.)
+        let first = cache.hold(0, &[1, 2]).unwrap();
+        let (list, cap) = (first.slots.as_ptr(), first.slots.capacity());
+        drop(first);
+        let taken: Vec<(u32, usize)> = Vec::with_capacity(cap);
+        assert_eq!(cache.hold(1, &[3]).unwrap().slots.as_ptr(), list);
+        drop(taken);
         assert!(cache.hold(1, &[1, 2, 3, 5]).is_err(), "more than the slots at once");
         assert!(cache.hold(2, &[0]).is_err(), "no such layer");
         drop(cache);
