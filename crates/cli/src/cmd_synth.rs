@@ -29,10 +29,17 @@ pub struct SynthArgs {
     /// Quantize every row of random values (slow) instead of tiling a pool of quantized rows.
     #[arg(long)]
     pub exact: bool,
-    /// Standard deviation of the output projection's random values (every other matrix has
-    /// 0.02). Around 0.5 peaks the next-token distribution, for agreement tests.
-    #[arg(long, default_value_t = 0.02)]
-    pub output_std: f32,
+    /// Standard deviation of the output projection's random values (default 0.02 like every
+    /// other matrix, or with --conditioned 4/√width, logits of standard deviation 4). Larger
+    /// values peak the next-token distribution, for agreement tests.
+    #[arg(long)]
+    pub output_std: Option<f32>,
+    /// Scale the weights as a trained model's initialisation does (N(0, 1/fan-in), the
+    /// residual projections a further 1/√(2·layers), embeddings N(0, 1)), so that a deep file
+    /// damps rounding differences instead of amplifying them: for agreement with another engine
+    /// at a real shape.
+    #[arg(long)]
+    pub conditioned: bool,
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
@@ -57,6 +64,7 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         threads: args.threads.max(1),
         exact: args.exact,
         output_std: args.output_std,
+        conditioned: args.conditioned,
         quiet: false,
         ..SynthOptions::new(shape)
     };

@@ -55,6 +55,40 @@ fn weights_and_norms_have_the_asked_statistics() {
 }
 
 #[test]
+fn conditioned_weights_are_scaled_by_fan_in_and_depth() {
+    // tiny-qwen3moe: 256 wide, 2 layers, experts 128 wide (router f32, experts Q4_K / Q6_K).
+    let (_d, out) = tiny("tiny-qwen3moe", |o| o.conditioned = true);
+    let f = GgufFile::open(&out).unwrap();
+    let near = |name: &str, want: f64| {
+        let (m, s) = stats(&f, name);
+        assert!(m.abs() < 0.05 * want && (s / want - 1.0).abs() < 0.1, "{name}: {m} {s} ≠ {want}");
+    };
+    near("token_embd.weight", 1.0);
+    near("blk.0.attn_q.weight", 1.0 / 16.0);
+    near("blk.1.ffn_gate_inp.weight", 1.0 / 16.0);
+    near("blk.1.ffn_up_exps.weight", 1.0 / 16.0);
+    near("blk.0.attn_output.weight", 1.0 / (256.0f64 * 4.0).sqrt());
+    near("blk.1.ffn_down_exps.weight", 1.0 / (128.0f64 * 4.0).sqrt());
+    near("output.weight", 4.0 / 16.0);
+    assert_eq!(f.get("snug.synth.conditioned"), Some(&gguf::Value::Bool(true)));
+}
+
+#[test]
+fn tiled_matrices_draw_every_block_apart() {
+    // tiny-llama's ffn_down: 256 rows of 512 values, two K-quant blocks each, tiled from a pool of
+    // 64 rows. Drawn whole, the rows would be at most 64 different ones (a matrix of rank 64,
+    // its rows shared with every matrix of that type and width); drawn block by block, from
+    // 128 blocks, nearly all 256 differ.
+    let (_d, out) = tiny("tiny-llama", |_| {});
+    let f = GgufFile::open(&out).unwrap();
+    let t = f.tensor("blk.0.ffn_down.weight").unwrap();
+    assert_eq!((t.dims[0], t.ggml_type.block_size()), (512, 256));
+    let w = t.ggml_type.row_bytes(512).unwrap();
+    let rows: std::collections::HashSet<&[u8]> = f.tensor_data(t).chunks(w).collect();
+    assert!(rows.len() > 240, "{} different rows of 256", rows.len());
+}
+
+#[test]
 fn the_same_seed_gives_the_same_bytes_whatever_the_thread_count() {
     for exact in [false, true] {
         let (_a, a) = tiny("tiny-qwen2", |o| {

@@ -9,9 +9,22 @@
 //!
 //! Weights are seeded N(0, 0.02), norms 1 + N(0, 0.02), quantized with the tensor-type mix
 //! llama-quantize picks (Q4_K_M: Q6_K for output, attn_v/ffn_down in "more bits" layers). By
-//! default each tensor tiles rows drawn from a small pool of rows quantized once per (type, row
-//! length) — a seeded choice per row — so a 4.4 GB file is written at disk speed; `exact`
-//! quantizes every row (minutes on 2 cores). Memory: one tensor buffer at a time (≤ ~0.5 GB).
+//! default each tensor is tiled from a small pool of rows quantized once per (type, row length,
+//! standard deviation): every quantization block of every row is a seeded choice among the
+//! pool's blocks, so no two rows are alike and a 4.4 GB file is written at disk speed. The output
+//! matrix alone is quantized row by row (its rows, sharing blocks, would tie the top logits:
+//! ~15 s for a 152k × 4096 one); `exact` quantizes every row (minutes on 2 cores). Memory: one tensor buffer at a time (≤ ~0.5 GB).
+//!
+//! `conditioned` scales the matrices as a trained model's initialisation does instead of the
+//! flat 0.02: N(0, 1/fan-in) (each output about as large as the normalised input), the two
+//! projections back into the residual stream (attention output, FFN down) a further
+//! 1/√(2·layers), embeddings N(0, 1), and the output matrix giving logits of standard deviation
+//! 4 (a real model's spread). With 0.02 a 4096-wide matrix multiplies a vector's size by 1.3 and
+//! the residual stream is all layer output, so a deep file amplifies a rounding difference until
+//! two engines, or one engine's two attention paths, pick different tokens (llama.cpp moves 14%
+//! of qwen3-8b's top tokens against itself); conditioned, the layers together add as much as the
+//! embedding and a rounding difference stays a rounding difference, so agreement at real shapes
+//! means something.
 //!
 //! One idea per file: `shapes` (the shape table, [`SHAPES`]), `recipe` (which type each tensor
 //! gets, [`Recipe`]), `tensors` (every tensor of a shape, [`plan`]), `values` (each tensor's
@@ -67,10 +80,13 @@ pub struct SynthOptions {
     /// Rows per (type, row length) pool in tiling mode.
     pub pool_rows: usize,
     pub quiet: bool,
-    /// Standard deviation of the output projection's values (0.02 like every matrix unless
-    /// asked): larger values peak the next-token distribution, which near-uniform random logits
-    /// lack, so top-1 agreement with another engine means something.
-    pub output_std: f32,
+    /// Standard deviation of the output projection's values (unless asked, 0.02 like every
+    /// matrix, or with `conditioned` 4/√n_embd): larger values peak the next-token
+    /// distribution, which near-uniform random logits lack, so top-1 agreement with another
+    /// engine means something.
+    pub output_std: Option<f32>,
+    /// Scale matrices as a trained model's initialisation does (see the module docs).
+    pub conditioned: bool,
 }
 
 impl SynthOptions {
@@ -83,16 +99,35 @@ impl SynthOptions {
             exact: false,
             pool_rows: 64,
             quiet: true,
-            output_std: 0.02,
+            output_std: None,
+            conditioned: false,
         }
     }
 
-    /// Standard deviation of a matrix of `kind`'s values.
-    pub(crate) fn std_of(&self, kind: Kind) -> f32 {
-        if kind == Kind::Output {
-            self.output_std
-        } else {
-            0.02
+    /// Whether `t` is the output projection (a tied embedding is one too): its values make the
+    /// logits, so it is quantized row by row even when the rest is tiled, for tiled rows share
+    /// blocks and would tie the top logits.
+    pub(crate) fn makes_logits(&self, t: &PlannedTensor) -> bool {
+        t.kind == Kind::Output || (t.kind == Kind::TokenEmbd && self.shape.tied_embd)
+    }
+
+    /// Standard deviation of the values of matrix `t` (of its kind, and row length: fan-in).
+    pub(crate) fn std_of(&self, t: &PlannedTensor) -> f32 {
+        let n_embd = self.shape.n_embd as f32;
+        if self.makes_logits(t) {
+            let logits_std = if self.conditioned { 4.0 / n_embd.sqrt() } else { 0.02 };
+            return self.output_std.unwrap_or(logits_std);
+        }
+        if !self.conditioned {
+            return 0.02;
+        }
+        let fan_in = t.dims[0] as f32;
+        match t.kind {
+            Kind::TokenEmbd => 1.0,
+            Kind::AttnOutput | Kind::FfnDown | Kind::FfnDownExps => {
+                1.0 / (fan_in * 2.0 * self.shape.n_layer as f32).sqrt()
+            }
+            _ => 1.0 / fan_in.sqrt(),
         }
     }
 }
@@ -209,6 +244,7 @@ fn metadata(
     kv("snug.synth.shape", Value::String(s.name.into()));
     kv("snug.synth.seed", Value::U64(opts.seed));
     kv("snug.synth.exact", Value::Bool(opts.exact));
+    kv("snug.synth.conditioned", Value::Bool(opts.conditioned));
     meta.extend(tok_kvs);
     meta
 }

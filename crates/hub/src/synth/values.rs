@@ -1,5 +1,6 @@
-//! Tensor data: the bytes each tensor gets. Matrices tile rows drawn from a pool quantized once
-//! per (type, row length), or (`exact`) quantize every row; 1-D tensors are f32 values.
+//! Tensor data: the bytes each tensor gets. Matrices tile blocks drawn from a pool of rows
+//! quantized once per (type, row length, standard deviation), or (`exact`) quantize every row;
+//! 1-D tensors are f32 values.
 
 use gguf::GgmlType;
 use quant::QuantError;
@@ -18,7 +19,7 @@ impl Pools {
         opts: &SynthOptions,
         row_bytes: usize,
     ) -> Result<&[u8], SynthError> {
-        let std = opts.std_of(t.kind);
+        let std = opts.std_of(t);
         let key = (t.ggml_type, t.dims[0] as usize, std.to_bits());
         if let Some(i) = self.0.iter().position(|(k, _)| *k == key) {
             return Ok(&self.0[i].1);
@@ -33,20 +34,23 @@ impl Pools {
     }
 }
 
-/// Fills `buf` row by row with rows of `pool`, each chosen by a seeded hash of its index.
-pub(super) fn tile(buf: &mut [u8], row_bytes: usize, pool: &[u8], seed: u64, threads: usize) {
-    if row_bytes == 0 {
+/// Fills `buf` block by block (`block_bytes`, a whole number of them per row) with blocks of
+/// `pool`, each chosen by a seeded hash of its index, so that rows share no pattern: a matrix
+/// tiled from whole pool rows would have the pool's rank, and every matrix of one type and width
+/// the same rows.
+pub(super) fn tile(buf: &mut [u8], block_bytes: usize, pool: &[u8], seed: u64, threads: usize) {
+    if block_bytes == 0 {
         return;
     }
-    let n_pool = (pool.len() / row_bytes) as u64;
-    let per = buf.len().div_ceil(threads.max(1) * row_bytes).max(1) * row_bytes;
+    let n_pool = (pool.len() / block_bytes) as u64;
+    let per = buf.len().div_ceil(threads.max(1) * block_bytes).max(1) * block_bytes;
     std::thread::scope(|s| {
         for (c, chunk) in buf.chunks_mut(per).enumerate() {
             s.spawn(move || {
-                let first = c * per / row_bytes;
-                for (r, dst) in chunk.chunks_exact_mut(row_bytes).enumerate() {
+                let first = c * per / block_bytes;
+                for (r, dst) in chunk.chunks_exact_mut(block_bytes).enumerate() {
                     let k = (mix(seed, (first + r) as u64) % n_pool) as usize;
-                    dst.copy_from_slice(&pool[k * row_bytes..(k + 1) * row_bytes]);
+                    dst.copy_from_slice(&pool[k * block_bytes..(k + 1) * block_bytes]);
                 }
             });
         }

@@ -92,12 +92,12 @@ fn write_data(
                 quant::quantize_row(GgmlType::F32, &vals, &mut buf)
                     .map_err(|e| SynthError::Quant { tensor: t.name.clone(), source: e })?;
             }
-            _ if opts.exact => {
-                quantize_all(t, &mut buf, row_bytes, seed, opts.std_of(t.kind), opts.threads)?
+            _ if opts.exact || opts.makes_logits(t) => {
+                quantize_all(t, &mut buf, row_bytes, seed, opts.std_of(t), opts.threads)?
             }
             _ => {
                 let pool = pools.get(t, opts, row_bytes)?;
-                tile(&mut buf, row_bytes, pool, seed, opts.threads);
+                tile(&mut buf, tile_bytes(t.ggml_type, row_bytes), pool, seed, opts.threads);
             }
         }
         fw.write_tensor(&buf)?;
@@ -116,4 +116,15 @@ fn write_data(
     })?;
     bar.finish_and_clear();
     Ok(())
+}
+
+/// Bytes of the unit a tiled matrix of rows of `row_bytes` is drawn in: one quantization block,
+/// or 32 values of an unquantized type (a whole row if its rows are not whole such units).
+fn tile_bytes(t: GgmlType, row_bytes: usize) -> usize {
+    let unit = if t.block_size() == 1 { 32 * t.type_size() } else { t.type_size() };
+    if row_bytes.is_multiple_of(unit) {
+        unit
+    } else {
+        row_bytes
+    }
 }
