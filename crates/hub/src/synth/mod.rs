@@ -13,7 +13,8 @@
 //! standard deviation): every quantization block of every row is a seeded choice among the
 //! pool's blocks, so no two rows are alike and a 4.4 GB file is written at disk speed. The output
 //! matrix alone is quantized row by row (its rows, sharing blocks, would tie the top logits:
-//! ~15 s for a 152k × 4096 one); `exact` quantizes every row (minutes on 2 cores). Memory: one tensor buffer at a time (≤ ~0.5 GB).
+//! ~10 s for a 152k × 4096 one); `exact` quantizes every row (minutes on 2 cores). Memory: one
+//! tensor buffer at a time (≤ ~0.5 GB).
 //!
 //! `conditioned` scales the matrices as a trained model's initialisation does instead of the
 //! flat 0.02: N(0, 1/fan-in) (each output about as large as the normalised input), the two
