@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use model::{Context, ModelError};
 use serde::Serialize;
 
-use crate::perplexity::{for_each_scored_row, log_prob, Nll};
+use crate::perplexity::{for_each_scored_row, Nll};
+use crate::sampling::greedy;
 
 /// Why a `--kl-divergence-base` file cannot be used, or the comparison could not run.
 #[derive(Debug, thiserror::Error)]
@@ -134,34 +135,34 @@ impl<'a> BaseRow<'a> {
 struct RowScore {
     kl: f64,
     same_top: bool,
-    /// ln p(token) under llama.cpp's distribution.
+    /// ln p(token) under snug's distribution and under llama.cpp's.
+    log_prob: f64,
     log_prob_base: f64,
 }
 
+/// Scores one row: one pass over the vocabulary for snug's normaliser, one for the KL sum and
+/// llama.cpp's top token.
 fn score_row(base: &BaseRow, logits: &[f32], token: u32) -> RowScore {
-    let top = argmax(logits.iter().copied());
-    let max = logits[top];
+    let top = greedy(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+    let max = logits[top as usize];
     let lse = max as f64 + logits.iter().map(|&l| ((l - max) as f64).exp()).sum::<f64>().ln();
     let mut kl = 0.0;
+    let mut top_base = (0u32, f32::NEG_INFINITY);
     for (i, &l) in logits.iter().enumerate() {
         let lp_base = base.log_prob(i);
+        if lp_base > top_base.1 {
+            top_base = (i as u32, lp_base);
+        }
         if lp_base > -16.0 {
             kl += (lp_base as f64).exp() * (lp_base as f64 - (l as f64 - lse));
         }
     }
-    let top_base = argmax((0..logits.len()).map(|i| base.log_prob(i)));
-    RowScore { kl, same_top: top == top_base, log_prob_base: base.log_prob(token as usize) as f64 }
-}
-
-/// Index of the first maximum.
-fn argmax(v: impl Iterator<Item = f32>) -> usize {
-    let mut best = (0, f32::NEG_INFINITY);
-    for (i, x) in v.enumerate() {
-        if x > best.1 {
-            best = (i, x);
-        }
+    RowScore {
+        kl,
+        same_top: top == top_base.0,
+        log_prob: logits[token as usize] as f64 - lse,
+        log_prob_base: base.log_prob(token as usize) as f64,
     }
-    best.0
 }
 
 /// snug's next-token distributions against llama.cpp's over the same positions.
@@ -207,7 +208,7 @@ pub fn kl_divergence(
     let run =
         for_each_scored_row(ctx, &tokens[..n_chunks * base.n_ctx], bos, |chunk, j, logits| {
             let row = score_row(&base.next_row()?, logits, chunk[j + 1]);
-            nll.add(log_prob(logits, chunk[j + 1]));
+            nll.add(row.log_prob);
             nll_base.add(row.log_prob_base);
             kl_sum += row.kl;
             kl_sum2 += row.kl * row.kl;
@@ -290,7 +291,7 @@ mod tests {
     #[test]
     fn ties_go_to_the_lowest_id_on_both_sides() {
         assert!(score(&[1.0, 4.0, 4.0], &[1.0, 4.0, 4.0]).same_top);
-        assert_eq!(argmax([1.0, 4.0, 4.0].into_iter()), 1);
+        assert_eq!(greedy([(0, 1.0), (1, 4.0), (2, 4.0)].into_iter()), 1);
     }
 
     fn write(name: &str, bytes: &[u8]) -> PathBuf {

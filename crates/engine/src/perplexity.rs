@@ -96,7 +96,7 @@ pub(crate) fn for_each_scored_row<E: From<ModelError>>(
 }
 
 /// ln softmax(logits)[token], summed in f64.
-pub(crate) fn log_prob(logits: &[f32], token: u32) -> f64 {
+fn log_prob(logits: &[f32], token: u32) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
     (logits[token as usize] - max) as f64 - sum.ln()

@@ -99,7 +99,7 @@ impl SamplerParams {
 const RECENT_RESERVED: usize = 256;
 
 /// Greedy: the highest logit, the lowest id on ties (as llama.cpp); token 0 for no candidates.
-fn greedy(cand: impl Iterator<Item = (u32, f32)>) -> u32 {
+pub(crate) fn greedy(cand: impl Iterator<Item = (u32, f32)>) -> u32 {
     let mut best = (0, f32::NEG_INFINITY);
     for c in cand {
         if c.1 > best.1 {

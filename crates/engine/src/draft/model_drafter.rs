@@ -11,6 +11,7 @@ use model::{Batch, Context, ContextParams, Model, ModelError};
 use tokenizer::Tokenizer;
 
 use super::{Drafter, MAX_DRAFT};
+use crate::sampling::greedy;
 
 /// A draft model's context for one sequence.
 pub struct DraftModel {
@@ -81,17 +82,6 @@ impl DraftModel {
     }
 }
 
-/// The most likely token of a row (the lowest id among equals).
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 impl Drafter for DraftModel {
     fn name(&self) -> &'static str {
         "model"
@@ -117,7 +107,7 @@ impl Drafter for DraftModel {
         }
         self.sync()?;
         for i in 0..max {
-            let t = argmax(self.ctx.logits(0));
+            let t = greedy(self.ctx.logits(0).iter().enumerate().map(|(i, &l)| (i as u32, l)));
             out.push(t);
             if i + 1 == max {
                 break;
