@@ -419,6 +419,24 @@ fn edge_row(
     v
 }
 
+/// `rows` rows of `cols` values: one [`edge_row`] for each of [`FILLS`], then `random` random
+/// rows, in turn.
+fn edge_and_random_rows(
+    rng: &mut StdRng,
+    ty: GgmlType,
+    cols: usize,
+    rows: usize,
+    random: usize,
+) -> Vec<u8> {
+    let blocks = cols / ty.block_size();
+    (0..rows)
+        .flat_map(|r| match r % (FILLS.len() + random) {
+            f if f < FILLS.len() => edge_row(rng, ty, blocks, FILLS[f], r),
+            _ => random_row(rng, ty, cols),
+        })
+        .collect()
+}
+
 /// Activation rows that quantize to edge values: all +127, alternating ±127, all zero, one
 /// outlier among tiny values, and random.
 fn edge_acts(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
@@ -587,13 +605,7 @@ fn panels_are_bit_identical_to_row_kernels() {
     let mut checked = 0usize;
     for ty in PANEL_TYPES {
         for (cols, rows) in [(256usize, 16usize), (512, 35), (1536, 33)] {
-            let blocks = cols / ty.block_size();
-            let w: Vec<u8> = (0..rows)
-                .flat_map(|r| match r % (FILLS.len() + 2) {
-                    f if f < FILLS.len() => edge_row(&mut rng, ty, blocks, FILLS[f], r),
-                    _ => random_row(&mut rng, ty, cols),
-                })
-                .collect();
+            let w = edge_and_random_rows(&mut rng, ty, cols, rows, 2);
             let acts = edge_acts(&mut rng, cols);
             let mat = MatRef { ty, data: &w, rows, cols };
             for m in 1..=40 {
@@ -623,4 +635,41 @@ fn panels_are_bit_identical_to_row_kernels() {
         }
     }
     assert!(checked > 100_000, "only {checked} outputs compared");
+}
+
+/// Decode (one token) gives every row the bits that the same token gets as the first of a batch
+/// of two: on AVX-512 the Q4_K/Q5_K decode kernel finishes 8 rows' blocks at once for rows of up
+/// to 16 blocks and runs the one-row kernel past that, so row lengths on both sides of the
+/// switch, row counts with a tail of fewer than 8, and edge-case blocks (zero and maximal
+/// scales, extreme quants) are checked.
+#[test]
+fn decode_is_bit_identical_to_the_first_token_of_a_batch() {
+    let mut rng = StdRng::seed_from_u64(34);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let mut checked = 0usize;
+    for isa in simd_paths() {
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
+            for (cols, rows) in [(256usize, 8usize), (2048, 61), (4096, 19), (4352, 17)] {
+                let w = edge_and_random_rows(&mut rng, ty, cols, rows, 1);
+                let mat = MatRef { ty, data: &w, rows, cols };
+                for act in edge_acts(&mut rng, cols) {
+                    let mut one = vec![f32::NAN; rows];
+                    matmul_with(isa, &pool, mat, &act, 1, &mut one, &mut scratch).unwrap();
+                    let two: Vec<f32> =
+                        act.iter().chain(&random_f32(&mut rng, cols)).copied().collect();
+                    let mut batch = vec![f32::NAN; 2 * rows];
+                    matmul_with(isa, &pool, mat, &two, 2, &mut batch, &mut scratch).unwrap();
+                    for (r, (a, b)) in one.iter().zip(&batch[..rows]).enumerate() {
+                        assert!(
+                            same_bits(*a, *b),
+                            "{isa} {ty} cols={cols} rows={rows} row {r}: decode {a:e} vs batch {b:e}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(simd_paths().is_empty() || checked > 1_000, "only {checked} outputs compared");
 }

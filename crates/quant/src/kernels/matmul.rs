@@ -1,8 +1,9 @@
 //! The matmul the forward pass calls: `y = W · x` for `m` activation rows, over one weight matrix
 //! or several that share the activation row (q/k/v, gate/up). Activations are quantized once into
 //! caller-owned scratch; rows are cut into chunks that the pool's threads claim from one atomic
-//! cursor (a late or descheduled thread just claims fewer). Decode chunks are wide (one pass over
-//! the weights, ~8 chunks per thread) and shrink toward the end of the job so both threads finish
+//! cursor (a late or descheduled thread just claims fewer). Decode claims are guided: each takes
+//! 1/(2·threads) of the weight bytes still unclaimed (at most half a matrix), so the first claims
+//! are long runs of one matrix and the last ones small enough that both threads finish
 //! together; prefill chunks are 16 rows, each swept over all tokens in tiles of [`TILE`], so the
 //! chunk's weights stay in L1/L2 while activations stream from L2.
 //!
@@ -99,6 +100,8 @@ struct Part<'a> {
 
 /// Decode claims shrink toward the end of a job, but never below this many weight bytes: each
 /// claim restarts the kernels' prefetch stream (4 KiB ahead) and costs an atomic round trip.
+/// (Claims of at most 256 rows, ~8 a thread, decoded 4–11% slower on Zen 4 than long guided
+/// ones: BENCHMARKS.md.)
 const MIN_CLAIM_BYTES: usize = 32 << 10;
 
 /// [`matmul_multi`] on an explicit kernel path.
@@ -226,7 +229,7 @@ fn matmul_multi_on(
         check_len("y", m.saturating_mul(rows), y.len())?;
         let panel = if panels_pay { panel_kernels(isa, ty) } else { None };
         let (chunk_rows, min_rows) = if m < TILE && panel.is_none() {
-            let most = (rows / (nth * 8)).clamp(8, 256);
+            let most = (rows / nth).max(8);
             (most, MIN_CLAIM_BYTES.div_ceil(w_row).min(most))
         } else {
             (PANEL_ROWS, PANEL_ROWS)

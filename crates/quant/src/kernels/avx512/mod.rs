@@ -32,15 +32,35 @@ mod panel;
 
 pub(crate) use panel::panel_kernels;
 
+/// The kernel table of a [`kquants::Rows8`] format: `dot::<K, N>` for 2, 4 and 8 tokens, and
+/// decode (one token) 8 weight rows at a time (`dot_x1`).
+macro_rules! rows8_kernels {
+    ($k:ty) => {{
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn x1(
+            n: usize,
+            w: &[u8],
+            w_row: usize,
+            x: &[u8],
+            _stride: usize,
+            out: *mut f32,
+            _out_stride: usize,
+        ) {
+            // SAFETY: DotRowsFn's contract for one activation row is dot_x1's.
+            unsafe { kquants::dot_x1::<$k>(n, w, w_row, x, out) }
+        }
+        Some(DotKernels {
+            x1,
+            ..simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<$k>)
+        })
+    }};
+}
+
 pub(crate) fn dot_kernels(ty: GgmlType) -> Option<DotKernels> {
     use kquants::*;
     match ty {
-        GgmlType::Q4K => {
-            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q4KZ>))
-        }
-        GgmlType::Q5K => {
-            Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q5KZ>))
-        }
+        GgmlType::Q4K => rows8_kernels!(Q4KZ),
+        GgmlType::Q5K => rows8_kernels!(Q5KZ),
         GgmlType::Q6K => {
             Some(simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot::<Q6KZ>))
         }
