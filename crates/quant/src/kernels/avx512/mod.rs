@@ -18,7 +18,10 @@
 //! into one exact integer per token (a `vphaddd` tree across the tokens, ~3 instructions per
 //! token and block) and the block's float step runs with one token per lane: the same integers
 //! and the same float steps, in the same order, as the prefill panels (`panel.rs`), so both give
-//! the same bits. Against the scalar twins only the f32 accumulation order differs.
+//! the same bits. Against the scalar twins only the f32 accumulation order differs. Decode of
+//! Q4_K/Q5_K (one token) stops each block at its integer sums and finishes 8 rows' blocks at
+//! once (`kquants::dot_x1`): the tree, the scale conversions and the float step that a lone
+//! token pays per row and block are a third of its instructions; same integers, same steps.
 //!
 //! # Safety
 //! Same contract as the AVX2 kernels (see `avx2/mod.rs`), with AVX-512 F/BW/VL/VNNI on top.
