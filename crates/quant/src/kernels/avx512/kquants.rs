@@ -111,8 +111,8 @@ pub(crate) trait Rows8: Block512 {
 
 /// Most blocks a row may have for [`dot_x1`]'s 8-row path. Its stash (36 bytes a block and row,
 /// 4.5 KiB at this length) shares L1 with the activation row and the weights streaming in; at
-/// 35 and more blocks the stash and the activations crowd the stream out of L1, and the path
-/// read 10–30% slower than `dot::<K, 1>` (BENCHMARKS.md). Longer rows take `dot::<K, 1>`.
+/// 35 blocks the stash and the activations crowd the stream out of L1, and the path read about
+/// 8% slower than `dot::<K, 1>` (BENCHMARKS.md). Longer rows take `dot::<K, 1>`.
 const X1_MAX_BLOCKS: usize = 16;
 
 /// Decode's row loop for a [`Rows8`] format: every weight row of `w` (rows of `w_row` bytes,
@@ -443,8 +443,7 @@ impl<W: K4Z + Block512> Rows8 for W {
 
     #[inline(always)]
     unsafe fn finish8(p: &[__m256i; 8], scales: __m256i, y: *const u8, acc: &mut __m256) {
-        // [S0, M0, S1, M1, S2, M2, S3, M3] and the same for rows 4..8 (no closures here: they
-        // would not inherit the caller's target features).
+        // [S0, M0, S1, M1, S2, M2, S3, M3] and the same for rows 4..8.
         let z0 = pair_quad(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         let z1 = pair_quad(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
         let s = _mm256_permutex2var_epi32(z0, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), z1);
