@@ -91,36 +91,18 @@ pub(crate) unsafe fn dot<K: Block512, const C: usize>(
 
 // --- Decode: 8 rows at once -------------------------------------------------------------------
 
-/// A format whose decode (one token) finishes 8 weight rows' blocks at once ([`dot_x1`]): the
-/// Q4_K/Q5_K family, whose float step and two sums are a third of `block::<1>`'s instructions.
-pub(crate) trait Rows8: Block512 {
-    /// The part of `block::<1>` that depends on the row alone: the block's i32 sums against the
-    /// token at `y`, as one vector that [`Rows8::finish8`] reduces.
-    ///
-    /// # Safety
-    /// As `block` for one token.
-    unsafe fn partial(b: *const u8, y: *const u8) -> __m256i;
-    /// The rest of `block::<1>` for 8 rows: row `r`'s [`Rows8::partial`] in `p[r]` and the first
-    /// dword of its block (`d`, `dmin`) in lane `r` of `scales`, stepped into lane `r` of `acc`
-    /// with `block::<1>`'s float step, so lane `r` gets the bits `block::<1>` gives row `r`.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VL/VNNI; `y` is one Q8_K block.
-    unsafe fn finish8(p: &[__m256i; 8], scales: __m256i, y: *const u8, acc: &mut __m256);
-}
-
 /// Most blocks a row may have for [`dot_x1`]'s 8-row path. Its stash (36 bytes a block and row,
 /// 4.5 KiB at this length) shares L1 with the activation row and the weights streaming in; at
 /// 35 blocks the stash and the activations crowd the stream out of L1, and the path read about
 /// 8% slower than `dot::<K, 1>` (BENCHMARKS.md). Longer rows take `dot::<K, 1>`.
 const X1_MAX_BLOCKS: usize = 16;
 
-/// Decode's row loop for a [`Rows8`] format: every weight row of `w` (rows of `w_row` bytes,
-/// `n` values) against one Q8_K activation row, row `r` into `out[r]`.
+/// Decode's row loop for Q4_K/Q5_K: every weight row of `w` (rows of `w_row` bytes, `n` values)
+/// against one Q8_K activation row, row `r` into `out[r]`.
 ///
 /// The rows are read in order, one stream as in `dot::<K, 1>`, but each block stops at its
-/// integer sums ([`Rows8::partial`]), stashed with its scale dword. After 8 rows the stash is
-/// reduced block by block for the 8 at once ([`Rows8::finish8`]): one tree of horizontal adds,
+/// integer sums ([`k4_partial`]), stashed with its scale dword. After 8 rows the stash is
+/// reduced block by block for the 8 at once ([`k4_finish8`]): one tree of horizontal adds,
 /// one conversion of the scales and one float step for 8 rows, where `dot::<K, 1>` pays a tree,
 /// the conversions and a step per row and block. The float steps run in block order from 0 as
 /// in `dot::<K, 1>`, so every row gets its bits. Rows left over, and rows of more than
@@ -130,7 +112,13 @@ const X1_MAX_BLOCKS: usize = 16;
 /// AVX-512 F/BW/VL/VNNI; `w.len()` is a multiple of `w_row`, each row `n / 256` blocks of `K`;
 /// `x` one Q8_K row of `n` values; `out` valid for a write per row.
 #[inline(always)]
-pub(crate) unsafe fn dot_x1<K: Rows8>(n: usize, w: &[u8], w_row: usize, x: &[u8], out: *mut f32) {
+pub(crate) unsafe fn dot_x1<K: K4Z + Block512>(
+    n: usize,
+    w: &[u8],
+    w_row: usize,
+    x: &[u8],
+    out: *mut f32,
+) {
     let (nb, rows) = (n / 256, w.len() / w_row);
     let mut r = 0;
     if nb <= X1_MAX_BLOCKS {
@@ -143,14 +131,14 @@ pub(crate) unsafe fn dot_x1<K: Rows8>(n: usize, w: &[u8], w_row: usize, x: &[u8]
                 for (i, y) in x.chunks_exact(292).take(nb).enumerate() {
                     let b = wr.add(i * K::BYTES);
                     prefetch_block::<1>(b, K::BYTES);
-                    (*part[i].as_mut_ptr())[k] = K::partial(b, y.as_ptr());
+                    (*part[i].as_mut_ptr())[k] = k4_partial::<K>(b, y.as_ptr());
                     (*scales[i].as_mut_ptr())[k] = b.cast::<u32>().read_unaligned();
                 }
             }
             let mut acc = _mm256_setzero_ps();
             for (i, y) in x.chunks_exact(292).take(nb).enumerate() {
                 let sc = _mm256_loadu_si256(scales[i].as_ptr().cast());
-                K::finish8(part[i].assume_init_ref(), sc, y.as_ptr(), &mut acc);
+                k4_finish8(part[i].assume_init_ref(), sc, y.as_ptr(), &mut acc);
             }
             _mm256_storeu_ps(out.add(r), acc);
             r += 8;
@@ -433,27 +421,30 @@ unsafe fn pair_quad(x: __m256i, y: __m256i) -> __m256i {
     )
 }
 
-impl<W: K4Z + Block512> Rows8 for W {
-    /// `[S, S, M, M | S, S, M, M]`: parts of the block's two sums.
-    #[inline(always)]
-    unsafe fn partial(b: *const u8, y: *const u8) -> __m256i {
-        let ([s], [m]) = k4_sums::<W, 1>(b, y, 0);
-        _mm256_hadd_epi32(s, m)
-    }
+/// The part of `k4_block::<W, 1>` that depends on the row alone, for [`dot_x1`]: the block's
+/// two i32 vectors against the token at `y` as one, `[S, S, M, M | S, S, M, M]` in parts.
+#[inline(always)]
+unsafe fn k4_partial<W: K4Z>(b: *const u8, y: *const u8) -> __m256i {
+    let ([s], [m]) = k4_sums::<W, 1>(b, y, 0);
+    _mm256_hadd_epi32(s, m)
+}
 
-    #[inline(always)]
-    unsafe fn finish8(p: &[__m256i; 8], scales: __m256i, y: *const u8, acc: &mut __m256) {
-        // [S0, M0, S1, M1, S2, M2, S3, M3] and the same for rows 4..8.
-        let z0 = pair_quad(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        let z1 = pair_quad(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-        let s = _mm256_permutex2var_epi32(z0, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), z1);
-        let m = _mm256_permutex2var_epi32(z0, _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15), z1);
-        // Each dword is the block's d (low f16) and dmin (high f16).
-        let d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(scales));
-        let dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(scales)));
-        let (s, m) = (_mm256_cvtepi32_ps(s), _mm256_cvtepi32_ps(m));
-        k4_step(acc, s, m, d, dmin, _mm256_set1_ps(f32_at(y)));
-    }
+/// The rest of `k4_block::<W, 1>` for 8 rows, for [`dot_x1`]: row `r`'s [`k4_partial`] in
+/// `p[r]` and the first dword of its block (`d`, `dmin`) in lane `r` of `scales`, stepped into
+/// lane `r` of `acc` with `k4_block`'s float step, so lane `r` gets the bits `k4_block::<W, 1>`
+/// gives row `r`.
+#[inline(always)]
+unsafe fn k4_finish8(p: &[__m256i; 8], scales: __m256i, y: *const u8, acc: &mut __m256) {
+    // [S0, M0, S1, M1, S2, M2, S3, M3] and the same for rows 4..8.
+    let z0 = pair_quad(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    let z1 = pair_quad(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    let s = _mm256_permutex2var_epi32(z0, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), z1);
+    let m = _mm256_permutex2var_epi32(z0, _mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15), z1);
+    // Each dword is the block's d (low f16) and dmin (high f16).
+    let d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(scales));
+    let dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(scales)));
+    let (s, m) = (_mm256_cvtepi32_ps(s), _mm256_cvtepi32_ps(m));
+    k4_step(acc, s, m, d, dmin, _mm256_set1_ps(f32_at(y)));
 }
 
 impl Block512 for Q4KZ {

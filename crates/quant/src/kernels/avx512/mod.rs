@@ -35,8 +35,8 @@ mod panel;
 
 pub(crate) use panel::panel_kernels;
 
-/// The kernel table of a [`kquants::Rows8`] format: `dot::<K, N>` for 2, 4 and 8 tokens, and
-/// decode (one token) 8 weight rows at a time (`dot_x1`).
+/// The kernel table of Q4_K or Q5_K: `dot::<K, N>` for 2, 4 and 8 tokens, and decode (one
+/// token) 8 weight rows at a time (`kquants::dot_x1`).
 macro_rules! rows8_kernels {
     ($k:ty) => {{
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
