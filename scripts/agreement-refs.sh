@@ -19,7 +19,7 @@ SNUG=${SNUG:-target/ci/snug}
 OUT=testdata/agreement
 CORPUS=testdata/refdata/corpus_dev.txt
 mkdir -p "$OUT"
-for shape in ${SHAPES:-tiny-qwen3 tiny-qwen3moe tiny-phi4 tiny-smollm3 tiny-llama}; do
+for shape in ${SHAPES:-tiny-qwen3 tiny-qwen3moe tiny-qwen2moe tiny-phi4 tiny-smollm3 tiny-llama}; do
     "$SNUG" synth --shape "$shape" --quant "${QUANT:-q8_0}" --exact --output-std 0.5 --seed 34 \
         -o "$OUT/$shape.gguf"
     "$BIN/llama-perplexity" -m "$OUT/$shape.gguf" -f "$CORPUS" -c 512 -b 512 --chunks 3 \

@@ -31,6 +31,8 @@ pub struct MoeConfig {
     pub norm_weights: bool,
     /// Multiplier on the chosen weights (1 when the file does not say).
     pub weights_scale: f32,
+    /// Hidden width of the shared expert; 0 when the model has none.
+    pub n_ff_shexp: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -286,6 +288,14 @@ impl ModelConfig {
                     weights_scale: opt_f("expert_weights_scale")
                         .filter(|&v| v != 0.0)
                         .unwrap_or(1.0),
+                    n_ff_shexp: match (
+                        m.shared_expert,
+                        f.get_u64(&key("expert_shared_feed_forward_length")),
+                    ) {
+                        (false, _) => 0,
+                        (true, Some(_)) => req("expert_shared_feed_forward_length")?,
+                        (true, None) => n_ff,
+                    },
                 })
             }
         };

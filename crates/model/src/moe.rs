@@ -9,6 +9,12 @@
 //! The gather and scatter copy `k` rows of `n_embd` per token, which is small next to the
 //! matmuls. Scratch is sized once ([`MoeScratch`]); nothing is allocated per call.
 //!
+//! A shared expert (qwen2moe) is one more SwiGLU FFN over every token of the micro-batch,
+//! computed after the router and before the routed experts (the order the layer's stages read
+//! them), its output weighed per token by `sigmoid(gate_inp · x)` and added after the routed
+//! experts' sum, as llama.cpp adds it. It is always read from the mapping: it is not an expert
+//! the cache holds.
+//!
 //! The experts' bytes come from the mapping, or from an expert cache
 //! ([`memory::residency::ExpertCache`]) when the residency keeps them apart: the block then
 //! holds the chosen experts as they are computed (as many at once as the cache has slots) and
@@ -19,7 +25,7 @@ use memory::residency::ExpertCache;
 use crate::arch::{Activation, Gating};
 use crate::config::MoeConfig;
 use crate::ops;
-use crate::weights::{LayerWeights, Mat};
+use crate::weights::{LayerWeights, Mat, SharedExpert};
 use crate::ModelError;
 
 /// Buffers of the MoE block for a micro-batch of `ub` tokens. Shapes are `[rows][width]`.
@@ -41,13 +47,20 @@ pub struct MoeScratch {
     acc: Vec<f32>,
     /// The experts some token chose, ascending
     used: Vec<u32>,
+    /// [ub][n_ff_shexp] the shared expert's gate (then its activation) and up; empty without one
+    sh_gate: Vec<f32>,
+    sh_up: Vec<f32>,
+    /// [ub][n_embd] the shared expert's output rows, each weighed by its token's gate
+    sh_out: Vec<f32>,
 }
 
 impl MoeScratch {
     /// Number of f32 values [`MoeScratch::new`] allocates (the planner's activation bytes).
     pub fn floats(m: &MoeConfig, ub: usize, n_embd: usize) -> usize {
         let ub = ub.max(1);
+        let shared = if m.n_ff_shexp > 0 { 2 * m.n_ff_shexp + n_embd } else { 0 };
         ub.saturating_mul(m.n_expert + 2 * m.n_expert_used + 3 * n_embd + 2 * m.n_ff_exp + 2)
+            .saturating_add(ub.saturating_mul(shared))
             .saturating_add(m.n_expert)
     }
 
@@ -63,6 +76,9 @@ impl MoeScratch {
             rows: Vec::with_capacity(ub),
             acc: vec![0.0; ub * n_embd],
             used: Vec::with_capacity(m.n_expert),
+            sh_gate: vec![0.0; ub * m.n_ff_shexp],
+            sh_up: vec![0.0; ub * m.n_ff_shexp],
+            sh_out: if m.n_ff_shexp > 0 { vec![0.0; ub * n_embd] } else { Vec::new() },
         }
     }
 }
@@ -122,6 +138,9 @@ pub fn moe_ffn(
         }
         route(p, k, m.norm_weights, m.weights_scale, &mut s.chosen[t * k..(t + 1) * k]);
     }
+    if let Some(sh) = &lw.shared {
+        shared_expert(sh, m.n_ff_shexp, &xn[..n * d], n, d, s, src.file, &mut mm)?;
+    }
     s.used.clear();
     s.used.extend((0..ne as u32).filter(|&e| s.chosen[..n * k].iter().any(|c| c.0 == e)));
     let out = &mut s.acc[..n * d];
@@ -164,7 +183,36 @@ pub fn moe_ffn(
             }
         }
     }
+    if lw.shared.is_some() {
+        ops::add_assign(out, &s.sh_out[..n * d]);
+    }
     xn[..n * d].copy_from_slice(out);
+    Ok(())
+}
+
+/// `s.sh_out[t] = sigmoid(sh.gate_inp · x[t]) · down(silu(gate(x[t])) · up(x[t]))` for the `n`
+/// tokens of `x` ([n][d]); the shared expert is `fs` wide, its matrices in `file`.
+#[allow(clippy::too_many_arguments)] // the expert, its input, its buffers, its bytes and matmul
+fn shared_expert(
+    sh: &SharedExpert,
+    fs: usize,
+    x: &[f32],
+    n: usize,
+    d: usize,
+    s: &mut MoeScratch,
+    file: &[u8],
+    mm: &mut impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
+) -> Result<(), ModelError> {
+    mm(file, &sh.gate, x, n, &mut s.sh_gate[..n * fs])?;
+    mm(file, &sh.up, x, n, &mut s.sh_up[..n * fs])?;
+    ops::glu(&mut s.sh_gate[..n * fs], &s.sh_up[..n * fs], Activation::Silu);
+    mm(file, &sh.down, &s.sh_gate[..n * fs], n, &mut s.sh_out[..n * d])?;
+    for (y, xt) in s.sh_out[..n * d].chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+        let g = ops::dot(&sh.gate_inp, xt);
+        // llama.cpp takes the sigmoid as silu(g) / g (0/0 at g = 0, where it is 1/2).
+        let w = if g == 0.0 { 0.5 } else { g / (1.0 + (-g).exp()) / g };
+        y.iter_mut().for_each(|v| *v *= w);
+    }
     Ok(())
 }
 

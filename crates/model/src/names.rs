@@ -24,6 +24,13 @@ pub const FFN_GATE_INP: &str = "ffn_gate_inp.weight";
 pub const FFN_GATE_EXPS: &str = "ffn_gate_exps.weight";
 pub const FFN_UP_EXPS: &str = "ffn_up_exps.weight";
 pub const FFN_DOWN_EXPS: &str = "ffn_down_exps.weight";
+/// A shared expert every token passes through beside its routed ones (qwen2moe): a SwiGLU FFN
+/// of `expert_shared_feed_forward_length`, and its gate vector `[n_embd]` whose sigmoid weighs
+/// the expert's output per token.
+pub const FFN_GATE_INP_SHEXP: &str = "ffn_gate_inp_shexp.weight";
+pub const FFN_GATE_SHEXP: &str = "ffn_gate_shexp.weight";
+pub const FFN_UP_SHEXP: &str = "ffn_up_shexp.weight";
+pub const FFN_DOWN_SHEXP: &str = "ffn_down_shexp.weight";
 /// Phi-3/4's LongRoPE frequency divisors `[n_rot / 2]`, for contexts past and within the
 /// original training context.
 pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
@@ -36,8 +43,9 @@ pub fn stage_group(suffix: &str) -> Option<usize> {
     match suffix {
         ATTN_Q | ATTN_K | ATTN_V | ATTN_QKV => Some(0),
         ATTN_OUTPUT => Some(1),
-        FFN_GATE | FFN_UP | FFN_GATE_INP | FFN_GATE_EXPS | FFN_UP_EXPS => Some(2),
-        FFN_DOWN | FFN_DOWN_EXPS => Some(3),
+        FFN_GATE | FFN_UP | FFN_GATE_INP | FFN_GATE_EXPS | FFN_UP_EXPS | FFN_GATE_SHEXP
+        | FFN_UP_SHEXP => Some(2),
+        FFN_DOWN | FFN_DOWN_EXPS | FFN_DOWN_SHEXP => Some(3),
         _ => None,
     }
 }
@@ -83,6 +91,9 @@ mod tests {
         assert_eq!(stage_group(FFN_DOWN_EXPS), stage_group(FFN_DOWN));
         assert_eq!(stage_group(FFN_GATE_INP), stage_group(FFN_UP_EXPS));
         assert!(is_experts(FFN_DOWN_EXPS) && !is_experts(FFN_GATE_INP) && !is_experts(FFN_DOWN));
+        assert_eq!(stage_group(FFN_UP_SHEXP), stage_group(FFN_UP_EXPS));
+        assert_eq!(stage_group(FFN_DOWN_SHEXP), stage_group(FFN_DOWN));
+        assert!(!is_experts(FFN_DOWN_SHEXP) && stage_group(FFN_GATE_INP_SHEXP).is_none());
         assert_eq!(stage_group("attn_norm.weight"), None);
     }
 }

@@ -73,6 +73,21 @@ pub struct LayerWeights {
     pub post_ffn_norm: Option<Vec<f32>>,
     /// [n_expert] × n_embd: the mixture-of-experts router (`ffn_gate_inp`); `None` for a dense FFN.
     pub router: Option<Mat>,
+    /// The mixture of experts' shared expert, where the architecture has one.
+    pub shared: Option<SharedExpert>,
+}
+
+/// A shared expert (qwen2moe): a SwiGLU FFN every token takes beside its routed experts, its
+/// output weighed per token by `sigmoid(gate_inp · x)`.
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// [n_ff_shexp] × n_embd
+    pub gate: Mat,
+    pub up: Mat,
+    /// [n_embd] × n_ff_shexp
+    pub down: Mat,
+    /// [n_embd]
+    pub gate_inp: Vec<f32>,
 }
 
 pub struct Weights {
@@ -94,8 +109,29 @@ pub struct Weights {
 }
 
 impl LayerWeights {
+    /// The matrices group `g`'s stages read, in the order the forward pass reads them: the
+    /// [`group`](Self::group)'s, with a shared expert's gate and up (group 2, after the router)
+    /// and down (group 3) before the routed experts. The first `n` are not experts (`n`, the
+    /// second value, counts them): what stays when an expert cache serves the experts.
+    pub fn stage_mats(&self, g: usize) -> (Vec<Mat>, usize) {
+        let (mats, n) = self.group(g);
+        let mut v = mats[..n].to_vec();
+        if self.router.is_none() || g < 2 {
+            return (v, n);
+        }
+        // A mixture of experts' FFN: the router (group 2), the shared expert, then the experts.
+        let mut kept = usize::from(g == 2);
+        if let Some(sh) = &self.shared {
+            let own = if g == 2 { vec![sh.gate, sh.up] } else { vec![sh.down] };
+            kept += own.len();
+            v.splice(kept - own.len()..kept - own.len(), own);
+        }
+        (v, kept)
+    }
+
     /// The matrices of group `g` (`memory::stages`: q/k/v, attention output, gate/up, down), in
-    /// the order the forward pass multiplies by them, and how many there are.
+    /// the order the forward pass multiplies by them, and how many there are (a shared expert's
+    /// are in [`stage_mats`](Self::stage_mats)).
     pub fn group(&self, g: usize) -> ([Mat; 3], usize) {
         match g {
             0 => ([self.wq, self.wk, self.wv], 3),
@@ -226,6 +262,15 @@ impl Weights {
                     l.mat(&n(names::ATTN_V), kv, d)?,
                 )
             };
+            let shared = match c.moe.filter(|m| m.n_ff_shexp > 0) {
+                Some(m) => Some(SharedExpert {
+                    gate: l.mat(&n(names::FFN_GATE_SHEXP), m.n_ff_shexp, d)?,
+                    up: l.mat(&n(names::FFN_UP_SHEXP), m.n_ff_shexp, d)?,
+                    down: l.mat(&n(names::FFN_DOWN_SHEXP), d, m.n_ff_shexp)?,
+                    gate_inp: l.vec(&n(names::FFN_GATE_INP_SHEXP), d)?,
+                }),
+                None => None,
+            };
             let (gate, up, down, router) = if let Some(m) = c.moe {
                 let (ne, fe) = (m.n_expert, m.n_ff_exp);
                 (
@@ -265,15 +310,13 @@ impl Weights {
                 down,
                 post_ffn_norm: l.req_if(c.spec.post_norms, &n("post_ffw_norm.weight"), d)?,
                 router,
+                shared,
             });
         }
         let max_group: [u64; GROUPS] = std::array::from_fn(|g| {
             layers
                 .iter()
-                .map(|l| {
-                    let (m, n) = l.group(g);
-                    m[..n].iter().map(|m| m.len as u64).sum::<u64>()
-                })
+                .map(|l| l.stage_mats(g).0.iter().map(|m| m.len as u64).sum::<u64>())
                 .max()
                 .unwrap_or(0)
         });
@@ -311,16 +354,10 @@ impl Weights {
     /// experts' experts are left out (an expert cache serves them).
     pub fn layer_stages(&self, il: usize, experts_apart: bool) -> LayerStages {
         let l = &self.layers[il];
-        let moe = experts_apart && l.router.is_some();
         let mut out = Vec::new();
         for (g, &nb) in self.stage_blocks.iter().enumerate() {
-            let (mats, n) = l.group(g);
-            // The FFN groups of a mixture of experts: the router, then the stacked experts.
-            let n = match (moe, g) {
-                (true, 2) => 1,
-                (true, 3) => 0,
-                _ => n,
-            };
+            let (mats, apart) = l.stage_mats(g);
+            let n = if experts_apart { apart } else { mats.len() };
             for b in 0..nb {
                 out.push(
                     mats[..n]

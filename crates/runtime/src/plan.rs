@@ -865,6 +865,7 @@ pub(crate) mod tests {
             gating: model::arch::Gating::Softmax,
             norm_weights: true,
             weights_scale: 1.0,
+            n_ff_shexp: 0,
         });
         // Each layer: 20 MB of attention and router, 64 experts of 2 MB.
         m.layer_expert_bytes = vec![128 << 20; 28];
@@ -904,6 +905,7 @@ pub(crate) mod tests {
             gating: model::arch::Gating::Softmax,
             norm_weights: true,
             weights_scale: 1.0,
+            n_ff_shexp: 0,
         });
         assert_eq!(m.bytes_read_per_token(&c), dense - (1 << 30) + (1 << 26));
     }

@@ -90,8 +90,18 @@ fn what_cannot_run_is_a_typed_error_with_the_numbers() {
 /// the experts read through the mapping, bit for bit.
 #[test]
 fn experts_from_a_cache_too_small_for_them_give_the_mappings_logits() {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/agreement/tiny-qwen3moe.gguf");
+    cache_gives_the_mappings_logits("tiny-qwen3moe.gguf");
+}
+
+/// The same with a shared expert beside the routed ones (qwen2moe): the stages of a streamed
+/// layer hold it while the cache serves the routed experts.
+#[test]
+fn a_shared_expert_streams_beside_the_expert_cache() {
+    cache_gives_the_mappings_logits("tiny-qwen2moe.gguf");
+}
+
+fn cache_gives_the_mappings_logits(file: &str) {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/agreement").join(file);
     let m = runtime::open(p.to_str().expect("utf-8 path")).expect("opens");
     let moe = m.model.config.moe.expect("a mixture of experts");
     let tokens: Vec<u32> = (0..48).map(|i| (i * 37 % 200) as u32 + 1).collect();

@@ -1,7 +1,7 @@
 //! Random-weight models with real shapes (`snug synth`): how snug is benchmarked at 7–9B, where
 //! no real model is at hand. Speed and memory of a forward pass do not depend on weight values.
 //!
-//! Architectures: llama (Llama 3.x, Mistral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3
+//! Architectures: llama (Llama 3.x, Mistral), qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3
 //! (Phi-3, Phi-4-mini with LongRoPE) and smollm3, each written
 //! with the keys and tensors llama.cpp's converter writes for it. A shape with a real
 //! vocabulary size cuts or pads the tokenizer's to it (an SPM vocabulary such as gemma's stands in
@@ -125,7 +125,7 @@ impl SynthOptions {
         let fan_in = t.dims[0] as f32;
         match t.kind {
             Kind::TokenEmbd => 1.0,
-            Kind::AttnOutput | Kind::FfnDown | Kind::FfnDownExps => {
+            Kind::AttnOutput | Kind::FfnDown | Kind::FfnDownExps | Kind::FfnDownShexp => {
                 1.0 / (fan_in * 2.0 * self.shape.n_layer as f32).sqrt()
             }
             _ => 1.0 / fan_in.sqrt(),
@@ -238,6 +238,9 @@ fn metadata(
         kv(&key("expert_count"), Value::U32(n_expert as u32));
         kv(&key("expert_used_count"), Value::U32(n_used as u32));
         kv(&key("expert_feed_forward_length"), Value::U32(n_ff_exp as u32));
+        if let Some(fs) = s.n_ff_shexp {
+            kv(&key("expert_shared_feed_forward_length"), Value::U32(fs as u32));
+        }
     }
     if matches!(s.arch, Arch::Llama | Arch::SmolLM3) {
         kv(&key("vocab_size"), Value::U32(n_vocab as u32));

@@ -53,7 +53,9 @@ impl Recipe {
             Recipe::Q4KM => match kind {
                 Kind::Output if !row_len.is_multiple_of(256) => GgmlType::Q8_0,
                 Kind::Output => GgmlType::Q6K,
-                Kind::AttnV | Kind::FfnDown | Kind::FfnDownExps if more_bits(i_layer, n_layer) => {
+                Kind::AttnV | Kind::FfnDown | Kind::FfnDownExps | Kind::FfnDownShexp
+                    if more_bits(i_layer, n_layer) =>
+                {
                     GgmlType::Q6K
                 }
                 Kind::AttnQkv => GgmlType::Q5K,

@@ -7,6 +7,9 @@
 pub enum Arch {
     Llama,
     Qwen2,
+    /// Qwen2 with a mixture-of-experts FFN and a shared expert (`ffn_{gate,up,down}_shexp`,
+    /// gated by `ffn_gate_inp_shexp`).
+    Qwen2Moe,
     /// RMSNorm after attention and FFN too (`post_attention_norm`, `post_ffw_norm`).
     Gemma2,
     /// Gemma 2's layout plus per-head q/k norms (`attn_q_norm`, `attn_k_norm`).
@@ -27,6 +30,7 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
@@ -84,6 +88,8 @@ pub struct Shape {
     pub longrope_orig_ctx: Option<usize>,
     /// Mixture of experts: `(expert_count, expert_used_count, expert_feed_forward_length)`.
     pub moe: Option<(usize, usize, usize)>,
+    /// The shared expert's width (`expert_shared_feed_forward_length`, qwen2moe).
+    pub n_ff_shexp: Option<usize>,
 }
 
 impl Shape {
@@ -118,7 +124,7 @@ const fn family(
     n_head_kv: usize,
     n_ctx_train: usize,
 ) -> Shape {
-    let qwen = matches!(arch, Arch::Qwen2);
+    let qwen = matches!(arch, Arch::Qwen2 | Arch::Qwen2Moe);
     let qwen3 = matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe);
     let llama = matches!(arch, Arch::Llama);
     let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
@@ -136,7 +142,9 @@ const fn family(
         tied_embd: gemma,
         n_ctx_train,
         rope_freq_base: match arch {
-            Arch::Qwen2 | Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => 1_000_000.0,
+            Arch::Qwen2 | Arch::Qwen2Moe | Arch::Gemma3 | Arch::Qwen3 | Arch::Qwen3Moe => {
+                1_000_000.0
+            }
             Arch::SmolLM3 => 5_000_000.0,
             Arch::Llama => 500_000.0,
             _ => 10_000.0,
@@ -153,12 +161,13 @@ const fn family(
         n_rot: None,
         longrope_orig_ctx: None,
         moe: None,
+        n_ff_shexp: None,
     }
 }
 
 /// Known shapes (HF `config.json` of the named checkpoint). The `tiny-*` ones are for fast tests
 /// (row lengths are whole K-quant blocks).
-pub const SHAPES: [Shape; 25] = [
+pub const SHAPES: [Shape; 27] = [
     family(Arch::Qwen2, "qwen2.5-7b", 28, 3584, 18944, 28, 4, 32768),
     family(Arch::Llama, "llama-3.1-8b", 32, 4096, 14336, 32, 8, 131072),
     family(Arch::Qwen2, "qwen2.5-1.5b", 28, 1536, 8960, 12, 2, 32768),
@@ -219,6 +228,15 @@ pub const SHAPES: [Shape; 25] = [
         moe: Some((128, 8, 768)),
         ..family(Arch::Qwen3Moe, "qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 40960)
     },
+    // Qwen/Qwen1.5-MoE-A2.7B: 60 experts of width 1,408, 4 used per token, not renormalised;
+    // a shared expert of width 5,632; q/k/v biases; vocabulary 151,936.
+    Shape {
+        n_vocab: Some(151936),
+        moe: Some((60, 4, 1408)),
+        n_ff_shexp: Some(5632),
+        n_ctx_train: 8192,
+        ..family(Arch::Qwen2Moe, "qwen1.5-moe-a2.7b", 24, 2048, 5632, 16, 16, 8192)
+    },
     // microsoft/Phi-4-mini-instruct: partial rotary 0.75 (96 of 128), LongRoPE from 4,096 to
     // 131,072, tied embedding, vocabulary 200,064; sliding_window 262,144 (llama.cpp ignores it).
     Shape {
@@ -255,6 +273,11 @@ pub const SHAPES: [Shape; 25] = [
         key_length: Some(64),
         moe: Some((8, 4, 128)),
         ..family(Arch::Qwen3Moe, "tiny-qwen3moe", 2, 256, 1024, 4, 2, 2048)
+    },
+    Shape {
+        moe: Some((8, 2, 128)),
+        n_ff_shexp: Some(512),
+        ..family(Arch::Qwen2Moe, "tiny-qwen2moe", 2, 256, 1024, 4, 2, 2048)
     },
     // LongRoPE from 256: a context of 512 or more takes the long factors.
     Shape {

@@ -25,6 +25,12 @@ pub enum Kind {
     FfnGateExps,
     FfnUpExps,
     FfnDownExps,
+    /// A shared expert's gate, up and down (qwen2moe).
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
+    /// The shared expert's 1-D gate vector: stays f32, N(0, 0.02).
+    FfnGateInpShexp,
     /// 1-D f32 LongRoPE divisors (computed, not random).
     RopeFactorsLong,
     RopeFactorsShort,
@@ -50,7 +56,8 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
     let (n_embd, hd) = (shape.n_embd, shape.head_dim());
     let (q_dim, kv_dim) = (shape.n_head * hd, shape.n_head_kv * hd);
     let mut out = Vec::new();
-    let mut counters = [0usize; 2]; // attn_v, ffn_down
+    // attn_v, ffn_down, ffn_down_shexp: each counts layers, as llama-quantize's per-layer index
+    let mut counters = [0usize; 3];
     let mut push = |name: String, kind: Kind, dims: Vec<u64>| {
         let ggml_type = match kind {
             Kind::Norm
@@ -58,11 +65,13 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
             | Kind::RopeFreqs
             | Kind::RopeFactorsLong
             | Kind::RopeFactorsShort
-            | Kind::FfnGateInp => GgmlType::F32,
+            | Kind::FfnGateInp
+            | Kind::FfnGateInpShexp => GgmlType::F32,
             _ => {
                 let counter = match kind {
                     Kind::AttnV => Some(0),
                     Kind::FfnDown | Kind::FfnDownExps => Some(1),
+                    Kind::FfnDownShexp => Some(2),
                     _ => None,
                 };
                 let i = counter.map_or(0, |c| {
@@ -120,6 +129,13 @@ pub fn plan(shape: &Shape, n_vocab: usize, recipe: Recipe) -> Vec<PlannedTensor>
             push(b("ffn_gate_exps.weight"), Kind::FfnGateExps, vec![e, fe, n]);
             push(b("ffn_down_exps.weight"), Kind::FfnDownExps, vec![fe, e, n]);
             push(b("ffn_up_exps.weight"), Kind::FfnUpExps, vec![e, fe, n]);
+            if let Some(fs) = shape.n_ff_shexp {
+                let fs = fs as u64;
+                push(b("ffn_gate_inp_shexp.weight"), Kind::FfnGateInpShexp, vec![e]);
+                push(b("ffn_gate_shexp.weight"), Kind::FfnGateShexp, vec![e, fs]);
+                push(b("ffn_down_shexp.weight"), Kind::FfnDownShexp, vec![fs, e]);
+                push(b("ffn_up_shexp.weight"), Kind::FfnUpShexp, vec![e, fs]);
+            }
         } else if fused {
             push(b("ffn_up.weight"), Kind::FfnUp, vec![e, 2 * ff]);
         } else {

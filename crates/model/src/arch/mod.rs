@@ -8,6 +8,7 @@ mod gemma3;
 mod llama;
 mod phi3;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
 mod smollm3;
@@ -16,6 +17,7 @@ mod smollm3;
 pub enum Arch {
     Llama,
     Qwen2,
+    Qwen2Moe,
     Gemma2,
     Gemma3,
     Phi3,
@@ -89,6 +91,9 @@ pub struct MoeSpec {
     pub gating: Gating,
     /// Renormalise the chosen experts' weights to sum to 1 (`expert_weights_norm`).
     pub norm_weights: bool,
+    /// Every layer also has a shared expert (`ffn_{gate,up,down}_shexp`, gated per token by
+    /// the sigmoid of `ffn_gate_inp_shexp`), added to the routed experts' sum.
+    pub shared_expert: bool,
 }
 
 /// One architecture's row of differences.
@@ -128,9 +133,10 @@ impl ArchSpec {
 
 impl Arch {
     /// Every supported architecture.
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 9] = [
         Arch::Llama,
         Arch::Qwen2,
+        Arch::Qwen2Moe,
         Arch::Gemma2,
         Arch::Gemma3,
         Arch::Phi3,
@@ -143,6 +149,7 @@ impl Arch {
         Some(match name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen2moe" => Arch::Qwen2Moe,
             "gemma2" => Arch::Gemma2,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
@@ -157,6 +164,7 @@ impl Arch {
         match self {
             Arch::Llama => llama::SPEC,
             Arch::Qwen2 => qwen2::SPEC,
+            Arch::Qwen2Moe => qwen2moe::SPEC,
             Arch::Gemma2 => gemma2::SPEC,
             Arch::Gemma3 => gemma3::SPEC,
             Arch::Phi3 => phi3::SPEC,

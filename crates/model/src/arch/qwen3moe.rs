@@ -9,6 +9,6 @@ pub const SPEC: ArchSpec = ArchSpec {
     name: "qwen3moe",
     rope_style: RopeStyle::Neox,
     qk_norm: true,
-    moe: Some(MoeSpec { gating: Gating::Softmax, norm_weights: true }),
+    moe: Some(MoeSpec { gating: Gating::Softmax, norm_weights: true, shared_expert: false }),
     ..BASE
 };

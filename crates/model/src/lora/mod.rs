@@ -350,6 +350,10 @@ pub(crate) fn check<'a>(f: &'a GgufFile, c: &ModelConfig) -> Result<Checked<'a>,
             None => return Err(LoraError::UnknownTarget(name.to_string())),
         };
         let Some((target, n_in, n_out)) = base.target(suffix) else {
+            // A layer matrix snug knows (an expert, a shared expert, the router) but does not adapt.
+            if names::stage_group(suffix).is_some() && c.moe.is_some() {
+                return Err(LoraError::UnsupportedTarget(name.to_string()));
+            }
             return Err(LoraError::UnknownTarget(name.to_string()));
         };
         for t in [t, b] {
