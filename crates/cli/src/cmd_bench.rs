@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use model::{Batch, Context, Model};
+use model::{Batch, Context};
 use quant::threads::ThreadPool;
 use serde_json::json;
 
@@ -37,25 +37,6 @@ pub struct BenchCmd {
     /// defaults to what the tests need).
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-/// Bytes of weights one decoded token reads: every layer matrix (of a mixture of experts, the
-/// router and the share of the stacked experts a token uses) and the output matrix (the
-/// embedding contributes one row).
-pub fn weight_bytes_per_token(model: &Model) -> u64 {
-    let w = &model.weights;
-    let (k, n) = model.config.moe.map_or((1, 1), |m| (m.n_expert_used as u64, m.n_expert as u64));
-    let layers: u64 = w
-        .layers
-        .iter()
-        .map(|l| {
-            let attn: u64 = [l.wq, l.wk, l.wv, l.wo].iter().map(|m| m.len as u64).sum();
-            let router = l.router.map_or(0, |r| r.len as u64);
-            let ffn: u64 = [l.gate, l.up, l.down].iter().map(|m| m.len as u64 * k / n).sum();
-            attn + router + ffn
-        })
-        .sum();
-    layers + w.output.len as u64 + w.tok_embd.row_bytes() as u64
 }
 
 /// Read bandwidth (bytes/s) of a plain 2-thread read-sum over `buf`, one figure per pass: each
@@ -162,7 +143,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     }
     // Peak RSS of the tests themselves, before the bandwidth buffer adds to it.
     report(&residence, &cmd.run.mem);
-    let bytes_per_tok = weight_bytes_per_token(model);
+    let bytes_per_tok = planned.bytes_read_per_token(&model.config);
     // The machine's read bandwidth, measured on the bytes decode reads: the model's own mapping
     // (page cache, huge pages where the file system gives them, exactly as the weights are read),
     // its first GiB. A freshly allocated buffer differs from the weights in ways that move the

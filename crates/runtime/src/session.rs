@@ -160,6 +160,11 @@ impl Planned {
         &self.choice.request
     }
 
+    /// Weight bytes one decoded token of this model reads ([`ModelFacts::bytes_read_per_token`]).
+    pub fn bytes_read_per_token(&self, c: &model::config::ModelConfig) -> u64 {
+        self.facts.bytes_read_per_token(c)
+    }
+
     /// One line: the configuration, why, and the budget (`ctx 4096, KV f16, mmap — predicted
     /// peak … fits …; budget 6.00 GiB from cgroup v1 …`).
     pub fn summary(&self) -> String {
