@@ -288,13 +288,14 @@ impl ModelConfig {
                     weights_scale: opt_f("expert_weights_scale")
                         .filter(|&v| v != 0.0)
                         .unwrap_or(1.0),
+                    // llama.cpp: 0 or absent means the dense width.
                     n_ff_shexp: match (
                         m.shared_expert,
                         f.get_u64(&key("expert_shared_feed_forward_length")),
                     ) {
                         (false, _) => 0,
+                        (true, Some(0) | None) => n_ff,
                         (true, Some(_)) => req("expert_shared_feed_forward_length")?,
-                        (true, None) => n_ff,
                     },
                 })
             }

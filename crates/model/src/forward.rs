@@ -526,7 +526,10 @@ fn moe_block(
         ms,
         src,
         // Experts take the row kernels: which tokens meet at an expert depends on the batch.
-        |base, w, x, rows, y| mm(gm.pool, base, w, x, rows, y, qbuf, &[]),
+        // The router and a shared expert see the whole micro-batch, as a dense FFN does.
+        |base, w, x, rows, y, all| {
+            mm(gm.pool, base, w, x, rows, y, qbuf, if all { gm.panels } else { &[] })
+        },
     )?;
     if let Some(o) = gm.obs {
         (first..first + count).for_each(|st| o.after_stage(gm.il, st));

@@ -112,8 +112,10 @@ pub struct ExpertSource<'a> {
 }
 
 /// `xn[t] = Σ_e w[t][e] · expert_e(xn[t])`, in place, for the `n` tokens of `xn`
-/// ([n][n_embd]), the experts and weights chosen by `lw`'s router. `mm(base, w, x, m, y)` is
-/// the matmul (`y[m][w.rows] = x[m][w.cols] · wᵀ`, `w`'s bytes at its offset in `base`).
+/// ([n][n_embd]), the experts and weights chosen by `lw`'s router (plus the shared expert, where
+/// `lw` has one). `mm(base, w, x, m, y, all)` is the matmul (`y[m][w.rows] = x[m][w.cols] · wᵀ`,
+/// `w`'s bytes at its offset in `base`); `all`: the rows are every token of the micro-batch in
+/// order (the router, the shared expert), not the tokens one expert drew.
 #[allow(clippy::too_many_arguments)] // the block's inputs, its buffers, its source and matmul
 pub fn moe_ffn(
     m: &MoeConfig,
@@ -123,13 +125,13 @@ pub fn moe_ffn(
     n_embd: usize,
     s: &mut MoeScratch,
     src: ExpertSource,
-    mut mm: impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
+    mut mm: impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32], bool) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
     let (ne, k, fe, d) = (m.n_expert, m.n_expert_used, m.n_ff_exp, n_embd);
     let router = lw.router.as_ref().ok_or_else(|| {
         ModelError::Unsupported("a mixture-of-experts layer without a router".into())
     })?;
-    mm(src.file, router, &xn[..n * d], n, &mut s.probs[..n * ne])?;
+    mm(src.file, router, &xn[..n * d], n, &mut s.probs[..n * ne], true)?;
     for t in 0..n {
         let p = &mut s.probs[t * ne..(t + 1) * ne];
         match m.gating {
@@ -173,10 +175,10 @@ pub fn moe_ffn(
                 }
                 None => ([src.file; 3], mats),
             };
-            mm(base[0], &gate, x_in, r, &mut s.gate[..r * fe])?;
-            mm(base[1], &up, x_in, r, &mut s.up[..r * fe])?;
+            mm(base[0], &gate, x_in, r, &mut s.gate[..r * fe], false)?;
+            mm(base[1], &up, x_in, r, &mut s.up[..r * fe], false)?;
             ops::glu(&mut s.gate[..r * fe], &s.up[..r * fe], Activation::Silu);
-            mm(base[2], &down, &s.gate[..r * fe], r, &mut s.y[..r * d])?;
+            mm(base[2], &down, &s.gate[..r * fe], r, &mut s.y[..r * d], false)?;
             for (i, &(t, w)) in s.rows.iter().enumerate() {
                 let o = &mut out[t * d..(t + 1) * d];
                 o.iter_mut().zip(&s.y[i * d..(i + 1) * d]).for_each(|(o, y)| *o += w * y);
@@ -201,12 +203,12 @@ fn shared_expert(
     d: usize,
     s: &mut MoeScratch,
     file: &[u8],
-    mm: &mut impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32]) -> Result<(), ModelError>,
+    mm: &mut impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32], bool) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
-    mm(file, &sh.gate, x, n, &mut s.sh_gate[..n * fs])?;
-    mm(file, &sh.up, x, n, &mut s.sh_up[..n * fs])?;
+    mm(file, &sh.gate, x, n, &mut s.sh_gate[..n * fs], true)?;
+    mm(file, &sh.up, x, n, &mut s.sh_up[..n * fs], true)?;
     ops::glu(&mut s.sh_gate[..n * fs], &s.sh_up[..n * fs], Activation::Silu);
-    mm(file, &sh.down, &s.sh_gate[..n * fs], n, &mut s.sh_out[..n * d])?;
+    mm(file, &sh.down, &s.sh_gate[..n * fs], n, &mut s.sh_out[..n * d], true)?;
     for (y, xt) in s.sh_out[..n * d].chunks_exact_mut(d).zip(x.chunks_exact(d)) {
         let g = ops::dot(&sh.gate_inp, xt);
         // llama.cpp takes the sigmoid as silu(g) / g (0/0 at g = 0, where it is 1/2).
