@@ -36,7 +36,8 @@ pub struct MoeScratch {
     chosen: Vec<(u32, f32)>,
     /// [ub][n_embd] rows of the tokens routed to the current expert
     x_in: Vec<f32>,
-    /// [ub][n_ff_exp] the expert's gate (then its activation) and up
+    /// [ub][max(n_ff_exp, n_ff_shexp)] the expert's gate (then its activation) and up, and the
+    /// shared expert's before them
     gate: Vec<f32>,
     up: Vec<f32>,
     /// [ub][n_embd] the expert's output rows
@@ -47,9 +48,6 @@ pub struct MoeScratch {
     acc: Vec<f32>,
     /// The experts some token chose, ascending
     used: Vec<u32>,
-    /// [ub][n_ff_shexp] the shared expert's gate (then its activation) and up; empty without one
-    sh_gate: Vec<f32>,
-    sh_up: Vec<f32>,
     /// [ub][n_embd] the shared expert's output rows, each weighed by its token's gate
     sh_out: Vec<f32>,
 }
@@ -58,26 +56,24 @@ impl MoeScratch {
     /// Number of f32 values [`MoeScratch::new`] allocates (the planner's activation bytes).
     pub fn floats(m: &MoeConfig, ub: usize, n_embd: usize) -> usize {
         let ub = ub.max(1);
-        let shared = if m.n_ff_shexp > 0 { 2 * m.n_ff_shexp + n_embd } else { 0 };
-        ub.saturating_mul(m.n_expert + 2 * m.n_expert_used + 3 * n_embd + 2 * m.n_ff_exp + 2)
-            .saturating_add(ub.saturating_mul(shared))
+        let sh_out = if m.n_ff_shexp > 0 { n_embd } else { 0 };
+        let ff = m.n_ff_exp.max(m.n_ff_shexp);
+        ub.saturating_mul(m.n_expert + 2 * m.n_expert_used + 3 * n_embd + sh_out + 2 * ff + 2)
             .saturating_add(m.n_expert)
     }
 
     pub fn new(m: &MoeConfig, ub: usize, n_embd: usize) -> MoeScratch {
-        let ub = ub.max(1);
+        let (ub, ff) = (ub.max(1), m.n_ff_exp.max(m.n_ff_shexp));
         MoeScratch {
             probs: vec![0.0; ub * m.n_expert],
             chosen: vec![(0, 0.0); ub * m.n_expert_used],
             x_in: vec![0.0; ub * n_embd],
-            gate: vec![0.0; ub * m.n_ff_exp],
-            up: vec![0.0; ub * m.n_ff_exp],
+            gate: vec![0.0; ub * ff],
+            up: vec![0.0; ub * ff],
             y: vec![0.0; ub * n_embd],
             rows: Vec::with_capacity(ub),
             acc: vec![0.0; ub * n_embd],
             used: Vec::with_capacity(m.n_expert),
-            sh_gate: vec![0.0; ub * m.n_ff_shexp],
-            sh_up: vec![0.0; ub * m.n_ff_shexp],
             sh_out: if m.n_ff_shexp > 0 { vec![0.0; ub * n_embd] } else { Vec::new() },
         }
     }
@@ -136,7 +132,7 @@ pub fn moe_ffn(
         let p = &mut s.probs[t * ne..(t + 1) * ne];
         match m.gating {
             Gating::Softmax => ops::softmax(p),
-            Gating::Sigmoid => p.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            Gating::Sigmoid => p.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
         }
         route(p, k, m.norm_weights, m.weights_scale, &mut s.chosen[t * k..(t + 1) * k]);
     }
@@ -205,14 +201,12 @@ fn shared_expert(
     file: &[u8],
     mm: &mut impl FnMut(&[u8], &Mat, &[f32], usize, &mut [f32], bool) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
-    mm(file, &sh.gate, x, n, &mut s.sh_gate[..n * fs], true)?;
-    mm(file, &sh.up, x, n, &mut s.sh_up[..n * fs], true)?;
-    ops::glu(&mut s.sh_gate[..n * fs], &s.sh_up[..n * fs], Activation::Silu);
-    mm(file, &sh.down, &s.sh_gate[..n * fs], n, &mut s.sh_out[..n * d], true)?;
+    mm(file, &sh.gate, x, n, &mut s.gate[..n * fs], true)?;
+    mm(file, &sh.up, x, n, &mut s.up[..n * fs], true)?;
+    ops::glu(&mut s.gate[..n * fs], &s.up[..n * fs], Activation::Silu);
+    mm(file, &sh.down, &s.gate[..n * fs], n, &mut s.sh_out[..n * d], true)?;
     for (y, xt) in s.sh_out[..n * d].chunks_exact_mut(d).zip(x.chunks_exact(d)) {
-        let g = ops::dot(&sh.gate_inp, xt);
-        // llama.cpp takes the sigmoid as silu(g) / g (0/0 at g = 0, where it is 1/2).
-        let w = if g == 0.0 { 0.5 } else { g / (1.0 + (-g).exp()) / g };
+        let w = ops::sigmoid(ops::dot(&sh.gate_inp, xt));
         y.iter_mut().for_each(|v| *v *= w);
     }
     Ok(())

@@ -266,6 +266,12 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     (softcap_kernel())(x, cap)
 }
 
+/// The logistic function `1 / (1 + e^-x)`: a sigmoid router's gates, a shared expert's weight.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
 pub fn add_assign(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;

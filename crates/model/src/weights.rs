@@ -120,12 +120,14 @@ impl LayerWeights {
             return (v, n);
         }
         // A mixture of experts' FFN: the router (group 2), the shared expert, then the experts.
-        let mut kept = usize::from(g == 2);
-        if let Some(sh) = &self.shared {
-            let own = if g == 2 { vec![sh.gate, sh.up] } else { vec![sh.down] };
-            kept += own.len();
-            v.splice(kept - own.len()..kept - own.len(), own);
-        }
+        let at = usize::from(g == 2);
+        let own = match &self.shared {
+            Some(sh) if g == 2 => vec![sh.gate, sh.up],
+            Some(sh) => vec![sh.down],
+            None => Vec::new(),
+        };
+        let kept = at + own.len();
+        v.splice(at..at, own);
         (v, kept)
     }
 
