@@ -147,8 +147,3 @@ impl Scheduler {
         }
     }
 }
-
-/// Whether a job is an embedding job (checked where generation-only work is skipped).
-pub(super) fn is_embedding(job: &Job) -> bool {
-    job.embed.is_some()
-}

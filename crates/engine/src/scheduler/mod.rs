@@ -175,6 +175,13 @@ struct Job {
     embed: Option<embed::Task>,
 }
 
+impl Job {
+    /// Whether this is an embedding job (checked where generation-only work is skipped).
+    fn is_embedding(&self) -> bool {
+        self.embed.is_some()
+    }
+}
+
 /// What a job's receiver gets: text pieces, then one `Done` (or one `Failed`).
 #[derive(Debug)]
 pub enum Event {

@@ -15,7 +15,7 @@ use tokenizer::Tokenizer;
 
 use super::fault::{self, panic_text};
 use super::seq::{Draft, Seq};
-use super::{embed, Counters, Event, Finish, FinishReason, Job, Life, SchedulerOptions, Shed};
+use super::{Counters, Event, Finish, FinishReason, Job, Life, SchedulerOptions, Shed};
 use crate::sequence::{Masks, Sequence};
 use crate::step::{self, ChunkSizer};
 use crate::tools::ToolGrammar;
@@ -264,13 +264,13 @@ impl Scheduler {
             return;
         }
         self.shed_if_asked();
-        let hit = if embed::is_embedding(&job) {
+        let hit = if job.is_embedding() {
             0
         } else {
             self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt)
         };
         self.counters.prefix_hit_tokens.inc_by(hit as u64);
-        let drafts = self.opts.draft && job.req.draft && !embed::is_embedding(&job);
+        let drafts = self.opts.draft && job.req.draft && !job.is_embedding();
         let seq = Seq {
             draft: drafts.then(|| Draft::new(&job.req.prompt)),
             sampler,
