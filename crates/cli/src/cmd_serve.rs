@@ -75,9 +75,17 @@ pub struct ServeCmd {
     /// Seconds a client has to send a whole request body, counted from its headers.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub body_timeout: f64,
-    /// Connections open at once; past it a connection is answered 503 and closed.
+    /// Connections open at once. Past it the oldest connection that has sent no request yet is
+    /// closed to make room; if every open connection has sent one, the new one is answered 503.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Connections one remote (non-loopback) address may hold at once; past it, 503.
+    #[arg(long, default_value_t = 32)]
+    pub max_connections_per_peer: usize,
+    /// Seconds an answer may wait for the client to read any of it; then the connection is
+    /// closed and the answer freed.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub write_timeout: f64,
     /// Prompt tokens computed per step while other sequences generate (default: sized so a
     /// step costs about two generation steps).
     #[arg(long)]
@@ -137,6 +145,8 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         header_timeout: seconds("--header-timeout", cmd.header_timeout)?,
         body_timeout: seconds("--body-timeout", cmd.body_timeout)?,
         max_connections: cmd.max_connections,
+        max_connections_per_peer: cmd.max_connections_per_peer,
+        write_timeout: seconds("--write-timeout", cmd.write_timeout)?,
     };
     if cmd.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");

@@ -5,8 +5,9 @@
 //! little for the noise of a shared 2-vCPU box), and `/health` must answer 200.
 //!
 //! - Transport: headers that never finish are cut after `--header-timeout`, an idle kept-alive
-//!   connection too, a body that stalls after `--body-timeout`; past `--max-connections` a
-//!   connection gets 503 with `Retry-After` at once; an answer streaming for longer than the
+//!   connection too, a body that stalls after `--body-timeout`; at `--max-connections` the
+//!   oldest connection that sent no request is closed for a new one, and only when every open
+//!   one sent a request does a new one get 503 with `Retry-After` at once; an answer streaming for longer than the
 //!   header timeout is not cut.
 //! - Browser safety: a foreign `Host` (DNS rebinding) and an unlisted `Origin` are 403 in the
 //!   route's error shape; a listed origin gets CORS headers and its preflight; a `POST` that
@@ -147,7 +148,7 @@ fn closed_within(s: &mut TcpStream, max: Duration) -> (Duration, String) {
 }
 
 #[test]
-fn slow_and_idle_connections_are_cut_and_the_cap_refuses_at_once() {
+fn slow_and_idle_connections_are_cut_and_the_cap_evicts_or_refuses_at_once() {
     let model = common::model(ALIAS);
     let mut args = COMMON.to_vec();
     args.extend(["--header-timeout", "1", "--body-timeout", "2", "--max-connections", "8"]);
@@ -165,9 +166,26 @@ fn slow_and_idle_connections_are_cut_and_the_cap_refuses_at_once() {
     }
     p.still_serves("6 slowloris connections");
 
-    // At the cap: 8 stalled connections hold every slot; the 9th is refused at once with a
-    // 503 in the API's error shape and Retry-After; once the stalled ones are cut, it serves.
+    // At the cap with 8 connections that sent no request head: a 9th is served at once, and
+    // the oldest of them is closed to make room (not held until its header timeout).
     let mut held: Vec<TcpStream> = (0..8).map(|_| stalled(s.port, &head)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let served = request(s.port, "GET", "/health", &[], "");
+    assert!(t0.elapsed() < Duration::from_millis(900), "the 9th waited {:?}", t0.elapsed());
+    assert_eq!(served.status, 200, "{}", served.body);
+    let (t, _) = closed_within(&mut held[0], Duration::from_secs(5));
+    assert!(t < Duration::from_millis(500), "the oldest half-open connection was held {t:?}");
+    for c in &mut held {
+        closed_within(c, Duration::from_secs(5));
+    }
+    p.still_serves("8 half-open connections at the cap");
+
+    // At the cap with 8 connections that each sent a request (bodies still arriving): none
+    // may be evicted, so the 9th is refused at once with a 503 in the API's error shape and
+    // Retry-After; once the stalled bodies are cut, it serves.
+    let post = format!("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"messages\"", s.port);
+    let mut held: Vec<TcpStream> = (0..8).map(|_| stalled(s.port, &post)).collect();
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
     let over = request(s.port, "GET", "/health", &[], "");
@@ -179,9 +197,10 @@ fn slow_and_idle_connections_are_cut_and_the_cap_refuses_at_once() {
     for c in &mut held {
         closed_within(c, Duration::from_secs(5));
     }
-    p.still_serves("8 connections at the cap");
+    p.still_serves("8 requests in flight at the cap");
     let (_, m) = s.get("/metrics").unwrap();
     assert!(m.contains("snug_connections_refused_total 1"), "the refusal is counted:\n{m}");
+    assert!(m.contains("snug_connections_evicted_total 1"), "the eviction is counted:\n{m}");
 
     // An idle kept-alive connection is closed after the header timeout; one that speaks
     // within it is served again.
@@ -299,6 +318,31 @@ fn foreign_hosts_origins_and_content_types_are_refused_on_loopback() {
     let a = request(port, "POST", "/api/chat", &[("Content-Type", "text/plain")], &show);
     let v: Value = serde_json::from_str(&a.body).unwrap();
     assert!(a.status == 415 && v["error"].is_string(), "Ollama's shape: {v}");
+    // Every POST route the server documents (the route table's POST rows, so a new route is
+    // covered without editing this list) refuses text/plain; the admin routes refuse before
+    // that, as administration is off here.
+    let (_, doc) = s.get("/openapi.json").unwrap();
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let posts: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, ops)| ops.get("post").is_some())
+        .map(|(p, _)| p.replace("{name}", "x"))
+        .collect();
+    assert!(posts.len() >= 14, "{posts:?}");
+    let admin = [
+        "/api/pull",
+        "/v1/adapters",
+        "/lora-adapters",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+    ];
+    for path in &posts {
+        let a = request(port, "POST", path, &[("Content-Type", "text/plain")], r#"{"input": "a"}"#);
+        let want = if admin.contains(&path.as_str()) { 403 } else { 415 };
+        assert_eq!(a.status, want, "POST {path} as text/plain: {}", a.body);
+    }
     p.still_serves("wrong content types");
 
     // Administration is off by default, and the refusal says how to turn it on.

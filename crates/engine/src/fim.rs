@@ -127,6 +127,12 @@ pub fn infill_prompt(
     let n_extra_take = (n_ctx + 2).saturating_sub(N_BATCH).min(extra_tokens.len());
     prefix.drain(..prefix.len() - n_prefix_take);
     suffix.truncate(n_suffix_take);
+    // llama-server's share for the extra context overflows a small context by a few tokens
+    // when every part is full; it is cut to what leaves the prompt at most n_ctx - 1 tokens
+    // (room for one generated token), so a full request is trimmed, not refused.
+    let bos = usize::from(tok.add_bos() && tok.bos().is_some());
+    let fixed = prefix.len() + suffix.len() + prompt.len() + 3 + bos;
+    let n_extra_take = n_extra_take.min(n_ctx.saturating_sub(1 + fixed));
 
     let mut out = Vec::with_capacity(n_extra_take + prefix.len() + suffix.len() + prompt.len() + 4);
     out.extend_from_slice(&extra_tokens[extra_tokens.len() - n_extra_take..]);

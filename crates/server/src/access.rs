@@ -6,8 +6,11 @@
 //!   that rebinds its own name to 127.0.0.1 still sends its own name as `Host`.
 //! - **Origin** (cross-site requests): a request carrying a browser `Origin` is refused unless
 //!   `--allowed-origins` lists it (`*`: any) or it is the server's own page (`http://` + the
-//!   request's `Host`, which passed the check above: the `/ui` page's chat). A request without
-//!   one is not from a web page.
+//!   request's `Host`, which passed the check above: the `/ui` page's chat). Off loopback no
+//!   `Host` is refused, so a rebinding page's own name would pass as "its own page": there the
+//!   exemption holds only for a `Host` that is an IP literal (no DNS name, nothing to rebind)
+//!   or the `--host` value, or when the server has an API key (which a foreign page lacks). A
+//!   request without an `Origin` is not from a web page.
 //! - **Content type**: a `POST` must say `Content-Type: application/json`. A web page can only
 //!   send other types without a CORS preflight ("simple" requests), and the server grants no
 //!   preflight to an origin not listed, so a page cannot post to it behind the user's back.
@@ -34,6 +37,8 @@ pub struct Access {
     hosts: Vec<String>,
     /// `Origin`s accepted (lower case); `*` accepts any.
     origins: Vec<String>,
+    /// The `--host` value as a `Host` name (lower case, IPv6 in brackets).
+    named: Option<String>,
 }
 
 /// What a request may not do, and so its refusal.
@@ -126,21 +131,6 @@ fn host_name(host: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-/// The routes that take a JSON body (`POST`); a `POST` to another route is left to the
-/// router's 405.
-const BODY_ROUTES: [&str; 10] = [
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/api/show",
-    "/api/chat",
-    "/api/generate",
-    "/api/pull",
-    "/v1/adapters",
-    "/lora-adapters",
-    "/v1/load_lora_adapter",
-    "/v1/unload_lora_adapter",
-];
-
 /// Whether `method` on `route` (a matched route pattern) administers the server.
 pub fn is_admin(method: &Method, route: &str) -> bool {
     matches!(
@@ -166,15 +156,16 @@ impl Access {
         origins: &[String],
     ) -> Access {
         let mut hosts = Vec::new();
+        let given = host.trim();
+        let given = if given.contains(':') && !given.starts_with('[') {
+            format!("[{given}]")
+        } else {
+            given.to_string()
+        }
+        .to_ascii_lowercase();
         if loopback {
             hosts = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
-            let given = host.trim();
-            let given = if given.contains(':') && !given.starts_with('[') {
-                format!("[{given}]")
-            } else {
-                given.to_string()
-            };
-            hosts.push(given.to_ascii_lowercase());
+            hosts.push(given.clone());
         }
         Access {
             api_key: api_key.map(digest),
@@ -185,7 +176,21 @@ impl Access {
                 .iter()
                 .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
+            named: Some(given),
         }
+    }
+
+    /// Whether a page served under `host` (the request's `Host`, which passed the Host check)
+    /// is this server's own: on loopback any accepted name; off loopback (where any name is
+    /// accepted, so a DNS-rebinding page's name would be too) only an IP literal or the
+    /// `--host` value, unless an API key guards every route anyway.
+    fn own_page(&self, host: &str) -> bool {
+        if !self.hosts.is_empty() || self.api_key.is_some() {
+            return true;
+        }
+        let name = host_name(host);
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        bare.parse::<std::net::IpAddr>().is_ok() || self.named.as_deref() == Some(name.as_str())
     }
 
     /// Whether `origin` may call this server from a web page.
@@ -208,7 +213,7 @@ impl Access {
             }
         }
         if let Some(o) = text(header::ORIGIN) {
-            let own = text(header::HOST).is_some_and(|h| same_origin(&o, &h));
+            let own = text(header::HOST).is_some_and(|h| same_origin(&o, &h) && self.own_page(&h));
             if !own && !self.origin_allowed(&o) {
                 return Err(Denied::Origin(o));
             }
@@ -229,20 +234,25 @@ impl Access {
                 None => {}
             }
         }
-        if method == Method::POST && BODY_ROUTES.contains(&route) {
-            let ct = text(header::CONTENT_TYPE);
-            let json = ct.as_deref().is_some_and(|t| {
-                t.split(';')
-                    .next()
-                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-            });
-            if !json {
-                let got = ct.map_or("no Content-Type".to_string(), |t| format!("{t:?}"));
-                return Err(Denied::ContentType(got));
-            }
-        }
         Ok(())
     }
+}
+
+/// The content-type check of a body route (every `POST` row of the route table: the router's
+/// guard decides which, so a new route inherits it): `Content-Type: application/json`, any
+/// case, parameters allowed.
+pub fn json_body(headers: &HeaderMap) -> Result<(), Denied> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let json = ct.as_deref().is_some_and(|t| {
+        t.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !json {
+        let got = ct.map_or("no Content-Type".to_string(), |t| format!("{t:?}"));
+        return Err(Denied::ContentType(got));
+    }
+    Ok(())
 }
 
 /// Whether a browser `Origin` is the server's own page: `http://` and the `Host` it was asked
@@ -309,6 +319,25 @@ mod tests {
     }
 
     #[test]
+    fn off_loopback_a_rebound_name_is_not_the_own_page() {
+        let chat = |a: &Access, host: &str| {
+            let h = head(&[("origin", &format!("http://{host}")), ("host", host), JSON]);
+            a.check(&Method::POST, "/v1/chat/completions", &h)
+        };
+        let open = Access::new(None, None, false, "0.0.0.0", false, &[]);
+        let rebound = chat(&open, "evil.example:8080");
+        assert!(matches!(rebound, Err(Denied::Origin(_))), "{rebound:?}");
+        assert_eq!(chat(&open, "192.168.1.20:8080"), Ok(()));
+        assert_eq!(chat(&open, "[fe80::1]:8080"), Ok(()));
+        let named = Access::new(None, None, false, "box.lan", false, &[]);
+        assert_eq!(chat(&named, "box.lan:8080"), Ok(()));
+        assert!(chat(&named, "evil.example:8080").is_err());
+        // With a key every route needs it, which a foreign page does not have.
+        let keyed = Access::new(Some("k"), None, false, "0.0.0.0", false, &[]);
+        assert_eq!(chat(&keyed, "evil.example:8080"), Err(Denied::Key));
+    }
+
+    #[test]
     fn browser_origins_need_listing() {
         let a =
             Access::new(None, None, false, "127.0.0.1", true, &["http://app.example:3000/".into()]);
@@ -324,15 +353,15 @@ mod tests {
     #[test]
     fn posts_must_say_json() {
         let a = Access::new(None, None, false, "127.0.0.1", true, &[]);
-        let post = |h: &[(&'static str, &str)]| a.check(&Method::POST, "/api/chat", &head(h));
+        let post = |h: &[(&'static str, &str)]| {
+            a.check(&Method::POST, "/api/chat", &head(h)).and_then(|()| json_body(&head(h)))
+        };
         assert_eq!(post(&[JSON]), Ok(()));
         assert_eq!(post(&[("content-type", "Application/JSON")]), Ok(()));
         for bad in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
             assert!(matches!(post(&[("content-type", bad)]), Err(Denied::ContentType(_))), "{bad}");
         }
         assert!(matches!(post(&[]), Err(Denied::ContentType(_))));
-        // A POST to a route that takes none is the router's 405, not a 415.
-        assert_eq!(a.check(&Method::POST, "/v1/models", &HeaderMap::new()), Ok(()));
     }
 
     #[test]

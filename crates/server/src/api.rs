@@ -4,6 +4,7 @@
 //! model (its name, the template, the vocabulary) is here; the router is [`crate::routes`].
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -128,7 +129,52 @@ impl AppState {
                 ApiError::bad_request(style, format!("{e}; check the messages' roles and order"))
             })?;
         chat.opened(&prompt.text);
+        self.check_control_text(style, messages, &chat.tools, prompt.aligned)?;
         Ok(self.tok.encode_chat(&prompt))
+    }
+
+    /// Refuses (400) a client string the template would pass to the tokenizer as markup that
+    /// holds a control token's text (`<|im_start|>`): every string outside the message
+    /// contents (names, tool definitions, tool calls and their arguments, reasoning, any other
+    /// field), and the contents too when the template's render could not be lined up (then
+    /// nothing is tokenized as text). Only the contents of a lined-up prompt may hold such
+    /// text; they are tokenized as text. One Aho–Corasick pass over the strings.
+    fn check_control_text(
+        &self,
+        style: Style,
+        messages: &[tokenizer::ChatMessage],
+        tools: &[serde_json::Value],
+        aligned: bool,
+    ) -> Result<(), ApiError> {
+        let refuse = |what: String, token: &str| {
+            let why = if what.ends_with(".content") {
+                "; this model's chat template transforms message contents, so they cannot be kept apart from its markup"
+            } else {
+                ""
+            };
+            Err(ApiError::bad_request(
+                style,
+                format!("{what} holds {token:?}, the text of one of the model's control tokens, which only the chat template may write{why}"),
+            ))
+        };
+        for (i, m) in messages.iter().enumerate() {
+            if !aligned {
+                if let Some(t) = self.tok.control_text_in(&m.content) {
+                    return refuse(format!("messages[{i}].content"), t);
+                }
+            }
+            for (k, v) in &m.extra {
+                if let Some(t) = control_text_in_json(&self.tok, v) {
+                    return refuse(format!("messages[{i}].{k}"), t);
+                }
+            }
+        }
+        for (i, v) in tools.iter().enumerate() {
+            if let Some(t) = control_text_in_json(&self.tok, v) {
+                return refuse(format!("tools[{i}]"), t);
+            }
+        }
+        Ok(())
     }
 
     /// The cheap checks a generation request passes before any work proportional to it: the
@@ -241,7 +287,10 @@ fn max_piece_bytes(tok: &Arc<tokenizer::Tokenizer>) -> usize {
 impl AppState {
     /// A generation request's body prepared: the cheap refusals first ([`AppState::admit`]),
     /// then `work` (decode and tokenize) off the HTTP thread ([`off_thread`]); the place the
-    /// request holds, what `work` made of the body, and the prompt.
+    /// request holds, what `work` made of the body, and the prompt. The place moves into the
+    /// blocking job and comes back with its result, so a client that leaves while its body is
+    /// decoded does not free its place until that work has ended (and it ends early: see
+    /// [`still_wanted`]).
     pub async fn prepare<R: Send + 'static>(
         self: &Arc<Self>,
         style: Style,
@@ -250,7 +299,8 @@ impl AppState {
     ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
         let ticket = self.admit(style, &body)?;
         let app = self.clone();
-        let (r, prompt) = off_thread(style, move || work(&app, &body)).await?;
+        let (ticket, done) = off_thread_holding(style, ticket, move || work(&app, &body)).await?;
+        let (r, prompt) = done?;
         Ok((ticket, r, prompt))
     }
 
@@ -265,6 +315,9 @@ impl AppState {
     ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
         self.prepare(style, body, move |app, body| {
             let mut req = decode(body)?;
+            if !still_wanted() {
+                return Err(gone(style));
+            }
             let (settings, messages) = parts(&mut req);
             let prompt = app.chat_tokens(style, settings, messages)?;
             Ok((req, prompt))
@@ -283,25 +336,125 @@ impl AppState {
     ) -> Result<Vec<u32>, ApiError> {
         settings.fit(style, self.engine.n_ctx, self.tok.n_vocab())?;
         self.check_text_len(style, messages.iter().map(|m| m.content.len()).sum())?;
+        if let Some((i, m)) =
+            messages.iter().enumerate().find(|(_, m)| !ROLES.contains(&m.role.as_str()))
+        {
+            return Err(ApiError::bad_request(
+                style,
+                format!(
+                    "messages[{i}].role is {:?}: a role is one of {}",
+                    m.role,
+                    ROLES.join(", ")
+                ),
+            ));
+        }
+        let extras = messages.iter().flat_map(|m| m.extra.values());
+        limits::check_json_values(extras.chain(&settings.chat.tools))
+            .map_err(|e| ApiError::bad_request(style, e))?;
         self.chat_prompt(style, messages, &mut settings.chat)
     }
 }
 
+/// The control-token text any string (or object key) of `v` holds, if any.
+fn control_text_in_json<'t>(
+    tok: &'t tokenizer::Tokenizer,
+    v: &serde_json::Value,
+) -> Option<&'t str> {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) => {
+                if let Some(t) = tok.control_text_in(s) {
+                    return Some(t);
+                }
+            }
+            serde_json::Value::Array(a) => stack.extend(a),
+            serde_json::Value::Object(o) => {
+                for (k, x) in o {
+                    if let Some(t) = tok.control_text_in(k) {
+                        return Some(t);
+                    }
+                    stack.push(x);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Message roles a chat may use: the ones the APIs and the templates know. Any other string
+/// would be rendered raw into the prompt by templates that print the role.
+pub const ROLES: [&str; 7] =
+    ["system", "developer", "user", "assistant", "tool", "function", "ipython"];
+
 /// Runs `work` (decode, schema compile, template render, tokenization: work proportional to
 /// the request) on the blocking pool, so it never holds the HTTP thread; a panic in it is a 500
-/// for this request alone. At most the slots plus the queue run at once (each holds a
-/// [`Ticket`]).
+/// for this request alone.
 pub async fn off_thread<T: Send + 'static>(
     style: Style,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| {
-        ApiError::new(
-            style,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error while preparing the request: {e}"),
-        )
-    })?
+    tokio::task::spawn_blocking(work).await.map_err(|e| panicked(style, e))?
+}
+
+/// [`off_thread`] holding `ticket` (the request's place among the slots and the queue) until
+/// `work` has ended, whether or not the client is still waiting: the blocking pool then never
+/// runs more request jobs than the scheduler has places, however many clients send a body and
+/// leave. While the handler waits, [`still_wanted`] is true on `work`'s thread; once the
+/// handler is dropped (its client left) it is false, so `work` can stop between its phases.
+pub async fn off_thread_holding<T: Send + 'static>(
+    style: Style,
+    ticket: Ticket,
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<(Ticket, Result<T, ApiError>), ApiError> {
+    /// Clears the flag when the handler's future is dropped (or done).
+    struct Waiting(Arc<AtomicBool>);
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let waiting = Waiting(Arc::new(AtomicBool::new(true)));
+    let flag = waiting.0.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let result = if flag.load(Ordering::Acquire) {
+            WANTED.with(|w| *w.borrow_mut() = Some(flag.clone()));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            WANTED.with(|w| *w.borrow_mut() = None);
+            r.unwrap_or_else(|p| std::panic::resume_unwind(p))
+        } else {
+            Err(gone(style))
+        };
+        (ticket, result)
+    });
+    let out = job.await.map_err(|e| panicked(style, e));
+    drop(waiting);
+    out
+}
+
+thread_local! {
+    /// The flag of the request whose work runs on this blocking thread ([`off_thread_holding`]).
+    static WANTED: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the client of the request being prepared on this thread still waits for it (true
+/// outside [`off_thread_holding`]).
+pub fn still_wanted() -> bool {
+    WANTED.with(|w| w.borrow().as_ref().is_none_or(|f| f.load(Ordering::Acquire)))
+}
+
+/// The error of work stopped because its client left (nobody reads it).
+fn gone(style: Style) -> ApiError {
+    ApiError::new(style, StatusCode::SERVICE_UNAVAILABLE, "the client closed the connection")
+}
+
+fn panicked(style: Style, e: tokio::task::JoinError) -> ApiError {
+    ApiError::new(
+        style,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("internal error while preparing the request: {e}"),
+    )
 }
 
 /// Sampling settings as the APIs name them; absent ones take snug's defaults, an absent seed a

@@ -11,7 +11,8 @@
 //! one is a 400 naming it, unless Ollama's `truncate` (default true) keeps its first tokens.
 //!
 //! Cost: a prefill of every input's tokens (no logits), the pooling adds, one JSON (or base64)
-//! encode of the vectors. Bounds: at most [`MAX_INPUTS`] inputs, each at most the context.
+//! encode of the vectors, on the blocking pool. Bounds: at most [`MAX_INPUTS`] inputs, each at
+//! most the context, and at most [`MAX_VALUES`] values in the answer (inputs × dimensions).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -34,6 +35,50 @@ use engine::scheduler::{Event, FinishReason};
 
 /// Inputs of one request at most (OpenAI's bound).
 pub const MAX_INPUTS: usize = 2048;
+
+/// Vector values one request may be answered at most (inputs × dimensions): 2^20 values are
+/// about 21 MiB of JSON. Without it an 8 KB request of 2,048 identical inputs, computed once,
+/// is answered with 2,048 copies: 38–66 MB of JSON.
+pub const MAX_VALUES: usize = 1 << 20;
+
+/// The values `req` would be answered with, if that is at most [`MAX_VALUES`].
+fn check_values(style: Style, req: &Embed, n_embd: usize) -> Result<(), ApiError> {
+    let dims = req.dimensions.unwrap_or(n_embd).min(n_embd);
+    let values = req.inputs.len().saturating_mul(dims);
+    if values > MAX_VALUES {
+        let most = MAX_VALUES / dims.max(1);
+        return Err(ApiError::bad_request(
+            style,
+            format!(
+                "input has {} inputs of {dims} values each, {values} values in all; one request may be answered with at most {MAX_VALUES} values ({most} inputs at this size): split the list, or ask for fewer dimensions",
+                req.inputs.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `value` as a JSON response, serialized on the blocking pool (a large list of vectors takes
+/// tens of milliseconds to encode, which the runtime thread's streams must not wait for).
+async fn json_off_thread<T: serde::Serialize + Send + 'static>(
+    style: Style,
+    value: T,
+) -> Result<Response, ApiError> {
+    let encoded = tokio::task::spawn_blocking(move || serde_json::to_vec(&value)).await;
+    match encoded {
+        Ok(Ok(bytes)) => Ok((
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::from(bytes),
+        )
+            .into_response()),
+        Ok(Err(e)) => Err(ApiError::new(style, StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(_) => Err(ApiError::new(
+            style,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the answer failed",
+        )),
+    }
+}
 
 /// How the served model embeds: the pooling and the vector's width.
 #[derive(Clone, Copy, Debug)]
@@ -382,6 +427,7 @@ async fn run(
                     format!("dimensions is {d}, but this model's vectors have {n_embd} values"),
                 ));
             }
+            check_values(style, &req, n_embd)?;
             let tokens = req.tokens(app)?;
             Ok(((req, tokens), Vec::new()))
         })
@@ -450,15 +496,13 @@ pub async fn openai(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
                 openai::Embedding { object: "embedding", index, embedding }
             })
             .collect();
-        Ok::<_, ApiError>(
-            axum::Json(EmbeddingList {
-                object: "list",
-                data,
-                model: st.answer_model(req.model.as_deref()),
-                usage: EmbeddingUsage { prompt_tokens: n_prompt, total_tokens: n_prompt },
-            })
-            .into_response(),
-        )
+        let list = EmbeddingList {
+            object: "list",
+            data,
+            model: st.answer_model(req.model.as_deref()),
+            usage: EmbeddingUsage { prompt_tokens: n_prompt, total_tokens: n_prompt },
+        };
+        json_off_thread(s, list).await
     };
     go.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -473,16 +517,14 @@ pub async fn ollama(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
     let go = async {
         let (req, vecs, n_prompt, took) =
             run(&st, body_bytes(s, body)?, Embed::decode_ollama, s).await?;
-        Ok::<_, ApiError>(
-            axum::Json(ollama::Embed {
-                model: st.answer_model(req.model.as_deref()),
-                embeddings: vecs,
-                total_duration: ns(took),
-                load_duration: 0,
-                prompt_eval_count: n_prompt,
-            })
-            .into_response(),
-        )
+        let answer = ollama::Embed {
+            model: st.answer_model(req.model.as_deref()),
+            embeddings: vecs,
+            total_duration: ns(took),
+            load_duration: 0,
+            prompt_eval_count: n_prompt,
+        };
+        json_off_thread(s, answer).await
     };
     go.await.unwrap_or_else(IntoResponse::into_response)
 }

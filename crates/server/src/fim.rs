@@ -33,8 +33,6 @@ const S: Style = Style::OpenAi;
 /// At most this many `input_extra` chunks.
 pub const MAX_EXTRA: usize = 256;
 
-use engine::fim::N_BATCH;
-
 /// One `input_extra` chunk as the spec describes it.
 #[derive(JsonSchema)]
 #[schemars(rename = "InfillExtra")]
@@ -207,11 +205,8 @@ pub async fn infill(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
                 let fim = FimTokens::required(&app.tok, "input_suffix")
                     .map_err(|m| ApiError::bad_request(S, m).with_code("fim_unsupported"))?;
                 req.settings.fit(S, app.engine.n_ctx, app.tok.n_vocab())?;
-                let bytes = req.prefix.len()
-                    + req.suffix.len()
-                    + req.prompt.len()
-                    + req.extra.iter().map(|e| e.text.len()).sum::<usize>();
-                app.check_text_len(S, bytes.min(N_BATCH + app.engine.n_ctx))?;
+                // The prefix, suffix and extra context are trimmed to fit; `prompt` is not.
+                app.check_text_len(S, req.prompt.len())?;
                 let prompt = infill_prompt(
                     &app.tok,
                     fim,

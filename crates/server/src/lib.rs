@@ -54,6 +54,7 @@
 pub mod access;
 pub mod adapters;
 pub mod api;
+pub mod conns;
 pub mod embeddings;
 pub mod error;
 pub mod fim;
@@ -67,6 +68,7 @@ pub mod replica;
 pub mod requests;
 pub mod responses;
 pub mod routes;
+pub mod stall;
 pub mod tools;
 pub mod transport;
 pub mod ui;
@@ -372,7 +374,7 @@ pub fn serve<R: 'static>(
 ) -> Result<(), ServeError> {
     check_options(&opts)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -396,9 +398,9 @@ pub fn serve<R: 'static>(
                 _ = shutdown() => {}
             }
         };
-        let refused = prometheus_client::metrics::counter::Counter::default();
         let loading = replica::loading_router();
-        transport::serve(&listener, loading, opts.limits, refused, until_loaded).await?;
+        let counts = transport::Counts::default();
+        transport::serve(&listener, loading, opts.limits, counts, until_loaded).await?;
         let Some(state) = state else { return Ok(()) };
         let state = state??;
         let access = access::Access::new(
@@ -419,16 +421,23 @@ pub fn serve<R: 'static>(
             state.adapters.list().len()
         );
         tokio::spawn(adapters::demote_idle(state.adapters.store.clone()));
-        let refused = state.metrics.connections_refused.clone();
+        let counts = transport::Counts {
+            refused: state.metrics.connections_refused.clone(),
+            evicted: state.metrics.connections_evicted.clone(),
+        };
         let app = router(state.clone(), opts.max_body);
         let stop = async {
             shutdown().await;
             replica::drain(&state, opts.drain_timeout).await;
         };
-        transport::serve(&listener, app, opts.limits, refused, stop).await?;
+        transport::serve(&listener, app, opts.limits, counts, stop).await?;
         eprintln!("snug: stopped");
         Ok(())
-    })
+    });
+    // Blocking work still running (a request being prepared, a pull) must not hold the exit
+    // past --drain-timeout: dropping a runtime waits for it without bound.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    served
 }
 
 /// Every route of a server on `state` ([`routes::table`]); bodies above `max_body` bytes are

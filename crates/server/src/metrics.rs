@@ -291,6 +291,8 @@ pub struct Metrics {
     adapter_labels: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Connections closed at once because `--max-connections` were open.
     pub connections_refused: Counter,
+    /// Connections that had sent no request, closed at `--max-connections` for a newer one.
+    pub connections_evicted: Counter,
     store: Option<Arc<AdapterStore>>,
     store_metrics: StoreMetrics,
     protocol: Option<vllm::Protocol>,
@@ -313,6 +315,7 @@ impl Metrics {
         let pressure_events = Counter::default();
         let adapter_requests = Family::<AdapterLabels, Counter>::default();
         let connections_refused = Counter::default();
+        let connections_evicted = Counter::default();
         let experts = ExpertSlot::default();
         let expert = |f: fn(&ExpertStats) -> &AtomicU64| ExpertCounter(experts.clone(), f);
         macro_rules! register {
@@ -352,8 +355,10 @@ impl Metrics {
             "memory_pressure_events": "Reactions of the memory governor to the budget"
                 => pressure_events,
             "adapter_requests_by_name": "Generation requests by LoRA adapter" => adapter_requests,
-            "connections_refused": "Connections answered 503 and closed at once because --max-connections were open"
+            "connections_refused": "Connections answered 503 and closed at once: --max-connections were open and each had sent a request, or --max-connections-per-peer"
                 => connections_refused,
+            "connections_evicted": "Connections that had sent no request yet, closed at --max-connections to make room for a new one"
+                => connections_evicted,
             "expert_cache_hits": "Chosen experts the expert cache held (a streamed mixture of experts)"
                 => expert(|s| &s.hits),
             "expert_cache_misses": "Chosen experts the expert cache read from the model file"
@@ -371,6 +376,7 @@ impl Metrics {
             adapter_requests,
             adapter_labels: Default::default(),
             connections_refused,
+            connections_evicted,
             store: None,
             store_metrics,
             protocol: None,

@@ -265,6 +265,19 @@ pub fn table() -> Vec<Route> {
     ]
 }
 
+/// Whether `route` (a matched route pattern) has a `POST` row: every such row takes a JSON body
+/// (its `request` schema), so [`guard`] refuses any other `Content-Type` with 415 on it
+/// ([`crate::access::json_body`]). Derived from [`table`] once, so a new route inherits it.
+pub fn takes_json(route: &str) -> bool {
+    static POSTS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    POSTS
+        .get_or_init(|| {
+            let rows = table().into_iter().map(|r| r.op);
+            rows.filter(|op| op.method == openapi::Method::Post).map(|op| op.path).collect()
+        })
+        .contains(&route)
+}
+
 /// The routes `/openapi.json` describes.
 pub fn ops() -> Vec<Op> {
     table().into_iter().filter(|r| r.in_spec).map(|r| r.op).collect()
@@ -284,6 +297,22 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .with_state(state)
 }
 
+/// What the access rules say of a request to `route` (its pattern): [`Access::check`], then
+/// on every POST row the JSON content type ([`crate::access::json_body`]); a POST to another
+/// route is left to the router's 405.
+pub fn access_verdict(
+    access: &crate::access::Access,
+    method: &Method,
+    route: &str,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), Denied> {
+    access.check(method, route, headers)?;
+    if method == Method::POST && takes_json(route) {
+        crate::access::json_body(headers)?;
+    }
+    Ok(())
+}
+
 /// Counts every routed request by route and status, and refuses what [`Access::check`]
 /// refuses (a foreign `Host` or `Origin`, a missing key, an admin route while administration
 /// is off, a body that is not JSON, a `Content-Length` past `--max-body`) and any `POST` while
@@ -296,7 +325,8 @@ async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
     let length = req.headers().get(header::CONTENT_LENGTH);
     let length = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
     // A body past the limit is a 413 whatever its type; access refusals come first.
-    let refusal = match st.access.check(req.method(), &route, req.headers()) {
+    let verdict = access_verdict(&st.access, req.method(), &route, req.headers());
+    let refusal = match verdict {
         Err(Denied::ContentType(_)) | Ok(()) if length > st.max_body as u64 => {
             Some(ApiError::too_large(style))
         }
@@ -319,7 +349,7 @@ async fn guard(State(st): Shared, req: Request, next: Next) -> Response {
             // A client waiting for `100 Continue` has sent no body yet: it reads the refusal.
             let waits = req.headers().get(header::EXPECT).is_some_and(|v| v == "100-continue");
             if !waits {
-                transport::drain(req.into_body(), st.body_timeout).await;
+                transport::drain(req.into_body(), st.body_timeout, st.max_body).await;
             }
             e.into_response()
         }
@@ -438,6 +468,31 @@ mod tests {
             Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
             _ => {}
         }
+    }
+
+    #[test]
+    fn every_post_row_takes_json_and_refuses_other_content_types() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let access = crate::access::Access::new(None, None, true, "127.0.0.1", true, &[]);
+        let mut plain = HeaderMap::new();
+        plain.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let mut json = HeaderMap::new();
+        json.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let posts: Vec<Op> = table()
+            .into_iter()
+            .map(|r| r.op)
+            .filter(|o| o.method == openapi::Method::Post)
+            .collect();
+        assert!(posts.len() >= 14, "{} POST rows", posts.len());
+        for op in posts {
+            assert!(op.request.is_some(), "POST {} has no request schema", op.path);
+            assert!(takes_json(op.path), "{}", op.path);
+            let verdict = |h: &HeaderMap| access_verdict(&access, &Method::POST, op.path, h);
+            let got = verdict(&plain);
+            assert!(matches!(got, Err(Denied::ContentType(_))), "POST {}: {got:?}", op.path);
+            assert_eq!(verdict(&json), Ok(()), "{}", op.path);
+        }
+        assert!(!takes_json("/v1/models") && !takes_json("/health"));
     }
 
     #[test]

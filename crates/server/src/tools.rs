@@ -60,6 +60,13 @@ pub struct ChatOptions {
     pub grammar: Option<Arc<ToolGrammar>>,
 }
 
+/// A tool name as OpenAI allows it (`[A-Za-z0-9_.-]{1,64}`): nothing a template could read as
+/// markup.
+pub fn is_tool_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 impl ChatOptions {
     /// `tools`, `tool_choice` and `parallel_tool_calls` as OpenAI (and Ollama) send them:
     /// each tool checked, its `parameters` compiled (one the JSON-schema machinery cannot
@@ -85,11 +92,11 @@ impl ChatOptions {
                 return Err(bad(format!("tools[{i}] has no `function` object")));
             };
             let name = match f.get("name").and_then(Value::as_str) {
-                Some(n) if !n.is_empty() && n.len() <= 256 => n.to_string(),
+                Some(n) if is_tool_name(n) => n.to_string(),
                 _ => {
                     return Err(bad(format!(
-                        "tools[{i}].function.name must be a non-empty string of at most 256 bytes"
-                    )))
+                    "tools[{i}].function.name must be 1 to 64 of A-Z, a-z, 0-9, `_`, `.` and `-`"
+                )))
                 }
             };
             if o.compiled.iter().any(|c| c.name == name) {

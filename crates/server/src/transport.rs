@@ -4,18 +4,21 @@
 //! Design: hyper's HTTP/1 connection builder with a tokio timer, so its header-read timeout is
 //! live (axum's own `serve` builds hyper without a timer, which silently disables it). The
 //! timer starts whenever the connection waits for a request head, so the same limit bounds a
-//! kept-alive connection's idle time between requests. Open connections are counted by a
-//! semaphore taken before a connection is served; past the cap a connection gets an immediate
-//! `503` with `Retry-After` and is closed, never read, so a flood of idle sockets costs one
-//! accept and one small write each instead of a task and a buffer held forever. A request
+//! kept-alive connection's idle time between requests. Open connections are registered in
+//! [`Conns`] before a connection is served: at the cap the oldest connection that has not sent
+//! a request head is closed for the new one, so half-open sockets cannot lock out clients or
+//! probes; only when every open connection is in use does a new one get an immediate `503`
+//! with `Retry-After` and is closed, never read. Writes go through [`WriteStall`], so an answer
+//! the client stops reading is dropped after `write_timeout`. A request
 //! body is wrapped in [`Deadline`], which fails the body's read once the whole body has taken
 //! longer than the body timeout since its head arrived.
 //!
-//! Cost: one timer per connection waiting for a head, one per body being read; one semaphore
-//! operation per connection.
+//! Cost: one timer per connection waiting for a head, one per body being read, one per write
+//! the kernel cannot take; one registry insert and remove per connection.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,7 +30,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+
+use crate::conns::{Conns, Refusal};
+use crate::stall::WriteStall;
 
 /// The transport's limits.
 #[derive(Clone, Copy, Debug)]
@@ -37,8 +43,13 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// A request body must arrive whole within this, counted from when its head arrived.
     pub body_timeout: Duration,
-    /// Connections open at once; past it, 503 and close.
+    /// Connections open at once; past it, the oldest that has not sent a request head is
+    /// closed for the new one, or if there is none, 503 and close.
     pub max_connections: usize,
+    /// Connections one non-loopback address may hold at once.
+    pub max_connections_per_peer: usize,
+    /// An answer's write must make progress within this, or the connection is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -47,18 +58,56 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: 256,
+            max_connections_per_peer: 32,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
 
 /// What a connection past the cap is sent before it is closed: a 503 in OpenAI's error shape.
-fn overloaded() -> Vec<u8> {
-    let body = "{\"error\":{\"message\":\"this server has as many connections open as it allows (--max-connections): retry shortly\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+fn overloaded(why: Refusal) -> Vec<u8> {
+    let what = match why {
+        Refusal::Full => "this server has as many connections open as it allows (--max-connections), each answering a request",
+        Refusal::PeerFull => "this address has as many connections open as one remote address may (--max-connections-per-peer)",
+    };
+    let body = format!("{{\"error\":{{\"message\":\"{what}: retry shortly\",\"type\":\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}}}");
     format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// What the accept loop counts: connections refused at the cap, and fresh ones evicted there.
+#[derive(Clone, Default)]
+pub struct Counts {
+    pub refused: prometheus_client::metrics::counter::Counter,
+    pub evicted: prometheus_client::metrics::counter::Counter,
+}
+
+/// A connection's service: `app`, noting on the connection's registry entry that its first
+/// request head arrived (from then on it is not evicted for a newer connection).
+#[derive(Clone)]
+struct Marked {
+    inner: TowerToHyperService<Router>,
+    fresh: Arc<AtomicBool>,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Marked {
+    type Response = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Response;
+    type Error = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Error;
+    type Future = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Future;
+
+    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        self.fresh.store(false, Ordering::Release);
+        hyper::service::Service::call(&self.inner, req)
+    }
 }
 
 /// Serves `app` on `listener` within `limits` until `stop` resolves; then stops accepting,
@@ -67,17 +116,17 @@ pub async fn serve(
     listener: &TcpListener,
     app: Router,
     limits: Limits,
-    refused: prometheus_client::metrics::counter::Counter,
+    counts: Counts,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let conns = Conns::new(limits.max_connections, limits.max_connections_per_peer);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).keep_alive(true);
     let builder = Arc::new(builder);
     tokio::pin!(stop);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut stop => break,
             got = listener.accept() => match got {
                 Ok(c) => c,
@@ -89,58 +138,68 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            refused.inc();
-            tokio::spawn(async move {
-                let (mut stream, answer) = (stream, overloaded());
-                let write = stream.write_all(&answer);
-                let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
-            });
-            continue;
+        let held = match conns.admit(peer.ip()) {
+            Ok(h) => h,
+            Err(why) => {
+                counts.refused.inc();
+                tokio::spawn(async move {
+                    let (mut stream, answer) = (stream, overloaded(why));
+                    let write = stream.write_all(&answer);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+                });
+                continue;
+            }
         };
+        if held.evicted_one {
+            counts.evicted.inc();
+        }
         let _ = stream.set_nodelay(true);
-        let svc = TowerToHyperService::new(app.clone());
+        let svc =
+            Marked { inner: TowerToHyperService::new(app.clone()), fresh: held.fresh.clone() };
         let (builder, mut stop_rx) = (builder.clone(), stop_rx.clone());
+        let io = TokioIo::new(WriteStall::new(stream, limits.write_timeout));
         tokio::spawn(async move {
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let conn = builder.serve_connection(io, svc);
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
+                // A newer connection took this one's place before it asked anything.
+                _ = held.evict.notified() => {}
                 _ = async { stop_rx.wait_for(|s| *s).await.is_ok() } => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
             }
-            drop(permit);
+            drop(held);
         });
     }
     let _ = stop_tx.send(true);
     // Wait (boundedly) for the connections answering a request to finish.
-    let all = limits.max_connections.max(1) as u32;
-    let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), conns.all_closed()).await;
     Ok(())
 }
 
-/// Bytes of a refused request's body read and thrown away at most, before answering.
-pub const DRAIN_MAX: usize = 64 << 20;
+/// Seconds a refused request's body is read for at most, before the refusal is sent.
+pub const DRAIN_WITHIN: Duration = Duration::from_secs(5);
 
-/// Reads and discards `body` (at most [`DRAIN_MAX`] bytes, within `within`) before a refusal
-/// is sent: most clients (Python's `urllib`, curl) send a whole body before they read the
-/// answer, so closing on an unread body gives them a broken pipe instead of the refusal. Costs
-/// time and bandwidth, no memory, and is bounded like any body.
-pub async fn drain(body: Body, within: Duration) {
+/// Reads and discards `body` (at most `max` bytes, `--max-body`, within `within`) before a
+/// refusal is sent: most clients (Python's `urllib`, curl) send a whole body before they read
+/// the answer, so closing on an unread body gives them a broken pipe instead of the refusal.
+/// A longer body is not read on: the refusal is sent and the connection closed. Costs time and
+/// bandwidth, no memory, and is bounded like any body.
+pub async fn drain(body: Body, within: Duration, max: usize) {
     use futures_util::StreamExt;
     let mut data = body.into_data_stream();
     let read = async {
         let mut n = 0usize;
         while let Some(Ok(chunk)) = data.next().await {
             n += chunk.len();
-            if n > DRAIN_MAX {
+            if n > max {
                 break;
             }
         }
     };
-    let _ = tokio::time::timeout(within, read).await;
+    let _ = tokio::time::timeout(within.min(DRAIN_WITHIN), read).await;
 }
 
 /// A request body that fails once it has taken longer than its deadline to arrive.

@@ -178,8 +178,8 @@ impl ChatTemplate {
     /// with the first: the template text between markers must match exactly, and a content
     /// must appear as given or trimmed (`| trim`, as Gemma's template writes it). A template
     /// that changes a content otherwise (slices it, changes case) or decides on what it holds
-    /// cannot be lined up; each content is then looked for as given (or trimmed) in the prompt,
-    /// in message order, and what is found is marked.
+    /// cannot be lined up; the prompt then has no content ranges and says so
+    /// ([`ChatPrompt::aligned`]).
     pub fn render_prompt(
         &self,
         messages: &[ChatMessage],
@@ -200,9 +200,9 @@ impl ChatTemplate {
     ) -> Result<ChatPrompt, ChatError> {
         let gen = (add_generation_prompt, enable_thinking);
         let real = self.render_with(messages, tools, gen)?;
-        let mut contents = self
-            .marked_contents(messages, tools, gen, &real)
-            .unwrap_or_else(|| searched_contents(messages, &real));
+        let marked = self.marked_contents(messages, tools, gen, &real);
+        let aligned = marked.is_some();
+        let mut contents = marked.unwrap_or_default();
         let mut text = real;
         if self.strip_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
             let n = self.bos_token.len();
@@ -218,7 +218,7 @@ impl ChatTemplate {
             }
         }
         contents.retain(|r| !r.is_empty());
-        Ok(ChatPrompt { text, contents })
+        Ok(ChatPrompt { text, contents, aligned })
     }
 
     /// The contents' ranges in `real` (a render of `messages`), from a render with markers in
@@ -347,24 +347,13 @@ pub struct ChatPrompt {
     pub text: String,
     /// Byte ranges of `text` that are message contents: sorted, disjoint, not empty.
     pub contents: Vec<Range<usize>>,
-}
-
-/// Each non-empty content (or it trimmed) looked for in `real` in message order, after the
-/// one before: for a template whose render cannot be lined up with a marked one.
-fn searched_contents(messages: &[ChatMessage], real: &str) -> Vec<Range<usize>> {
-    let mut spans = Vec::new();
-    let mut pos = 0;
-    for m in messages.iter().filter(|m| !m.content.trim().is_empty()) {
-        let c = m.content.as_str();
-        if let Some((at, len)) = [c, c.trim()]
-            .into_iter()
-            .find_map(|form| real[pos..].find(form).map(|at| (pos + at, form.len())))
-        {
-            spans.push(at..at + len);
-            pos = at + len;
-        }
-    }
-    spans
+    /// Whether the contents were lined up with a marked render. When they were not (a template
+    /// that transforms contents or decides on them), `contents` is empty and the whole text is
+    /// special-parsed: a caller that takes messages from a client must then refuse any message
+    /// text that holds a control token's text ([`crate::Tokenizer::control_text_in`]). The
+    /// contents are never searched for: a search finds a content where the template did not put
+    /// it and misses the transformed ones.
+    pub aligned: bool,
 }
 
 fn raise_exception(msg: String) -> Result<Value, JinjaError> {

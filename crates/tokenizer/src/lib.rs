@@ -149,6 +149,20 @@ impl Tokenizer {
         self.encode_parts(&prompt.text, true, true, &prompt.contents)
     }
 
+    /// The text of a control (or unknown) token that `text` holds, if any: with special parsing
+    /// on, that text would become the token. One Aho–Corasick pass.
+    pub fn control_text_in(&self, text: &str) -> Option<&str> {
+        let ac = self.special_ac.as_ref()?;
+        ac.find_overlapping_iter(text).find_map(|m| {
+            let id = self.special_cache[m.pattern().as_usize()];
+            let control = self.attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) != 0;
+            if m.is_empty() || !control {
+                return None;
+            }
+            self.texts.get(id)
+        })
+    }
+
     /// [`Tokenizer::encode`] with special parsing off inside `as_text` (byte ranges of `text`,
     /// sorted and disjoint): a control or unknown token's text is split out only where it
     /// overlaps none of them. Text is not cut at their bounds: the merges run over a fragment

@@ -561,18 +561,35 @@ impl Shared {
     /// One tier down for an unpinned `slot`; returns the pages freed, `None` if it stayed.
     /// Without `quantize` (the KV cache's thread), a hot adapter goes straight to cold and a
     /// slot busy elsewhere is skipped.
+    ///
+    /// Quantizing a hot adapter (10–500 ms) runs outside the slot's lock, which requests take
+    /// to list adapters: the hot weights are shared out, quantized, and swapped in only if the
+    /// slot still holds those weights unpinned (else the work is dropped).
     fn demote(&self, slot: &Slot, quantize: bool) -> Option<usize> {
         let mut g = slot.lock_if(quantize)?;
         if slot.pins.load(Ordering::SeqCst) != 0 {
             return None;
         }
+        if let (Held::Hot(l), true) = (&g.0, quantize) {
+            let hot = Arc::clone(l);
+            drop(g);
+            let warm = hot.to_warm();
+            g = slot.lock();
+            let same = matches!(&g.0, Held::Hot(l) if Arc::ptr_eq(l, &hot));
+            if !same || slot.pins.load(Ordering::SeqCst) != 0 {
+                return None;
+            }
+            let before = g.1;
+            g.1 = self.pool.pages_for(warm.bytes());
+            g.0 = Held::Warm(Arc::new(warm));
+            let freed = before.saturating_sub(g.1);
+            self.pool.free(Content::Adapter, freed);
+            self.pool.count_evicted(Content::Adapter, freed);
+            self.counters.demotions.fetch_add(1, Ordering::Relaxed);
+            return Some(freed);
+        }
         let before = g.1;
         match &g.0 {
-            Held::Hot(l) if quantize => {
-                let warm = l.to_warm();
-                g.1 = self.pool.pages_for(warm.bytes());
-                g.0 = Held::Warm(Arc::new(warm));
-            }
             Held::Hot(_) | Held::Warm(_) => {
                 g.0 = Held::Cold;
                 g.1 = 0;

@@ -32,6 +32,32 @@ pub const MAX_BIAS: f32 = 100.0;
 /// `repeat_last_n` before the context is known (the sampler's own bound); the context bounds it
 /// further.
 pub const MAX_REPEAT_LAST_N: i64 = engine::MAX_REPEAT_LAST_N as i64;
+/// JSON values (each number, string, list, object and its entries) a chat request may send
+/// outside what the server reads itself: unknown message fields and tool definitions, which
+/// are kept as `serde_json::Value` (32 B a value) and rendered by the template.
+pub const MAX_EXTRA_VALUES: usize = 1 << 16;
+
+/// `Ok` if `values` hold at most [`MAX_EXTRA_VALUES`] JSON values in all (counted without
+/// recursion, stopping at the bound), else the 400's message.
+pub fn check_json_values<'a>(
+    values: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> Result<(), String> {
+    let mut stack: Vec<&serde_json::Value> = values.into_iter().collect();
+    let mut n = 0usize;
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n > MAX_EXTRA_VALUES {
+            return Err(format!("the messages' other fields and the tools hold more than {MAX_EXTRA_VALUES} JSON values: send less"));
+        }
+        match v {
+            serde_json::Value::Array(a) => stack.extend(a),
+            serde_json::Value::Object(o) => stack.extend(o.values()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// OpenAI's temperature range.
 pub const MAX_TEMPERATURE: f32 = 2.0;
 
@@ -230,6 +256,17 @@ mod tests {
         stop: Option<Vec<String>>,
         #[serde(default, deserialize_with = "opt_seed")]
         seed: Option<u64>,
+    }
+
+    #[test]
+    fn json_values_are_counted_to_their_bound() {
+        let ok = serde_json::json!({"x": vec![0; MAX_EXTRA_VALUES - 2]}); // object, list, zeros
+        assert!(check_json_values([&ok]).is_ok());
+        let over = serde_json::json!({"x": vec![0; MAX_EXTRA_VALUES - 1]});
+        assert!(check_json_values([&over]).unwrap_err().contains("JSON values"));
+        let nested = serde_json::json!([[{"a": [1, 2]}], "s"]); // 7 values
+        let many: Vec<_> = std::iter::repeat_n(&nested, MAX_EXTRA_VALUES / 7 + 1).collect();
+        assert!(check_json_values(many).is_err());
     }
 
     #[test]
