@@ -34,12 +34,13 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 python3 -m pip --version
 # The official OpenAI and Ollama clients, which the serve test drives (crates/cli/tests/serve_clients.py),
+# the Anthropic client and the OpenAI Agents SDK, which drive the agent routes (serve_agents.py),
 # schemathesis, which checks the server against its /openapi.json (crates/cli/tests/serve_schema.rs),
 # the Prometheus client, whose parser reads /metrics there, and selenium, which drives the page
 # /ui in headless Chromium (crates/cli/tests/serve_ui.py), and the offline validators of the
 # Kubernetes manifests in deploy/ (deploy/validate.py): kubernetes-validate (the API's schemas),
 # jsonschema (the vendored CRDs) and PyYAML.
-python3 -m pip install -q openai ollama schemathesis==4.32.5 prometheus_client==0.26.0 selenium==4.51.0 \
+python3 -m pip install -q openai ollama anthropic==2.10.0 openai-agents==0.24.0 schemathesis==4.32.5 prometheus_client==0.26.0 selenium==4.51.0 \
     kubernetes-validate==1.37.0 jsonschema==4.26.0 PyYAML==6.0.3
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
     # The browser test of /ui (crates/cli/tests/serve_ui.rs): Debian's Chromium and its driver.

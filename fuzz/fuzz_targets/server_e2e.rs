@@ -31,8 +31,11 @@ use serde_json::{json, Map, Value};
 use tokenizer::Tokenizer;
 use tower::ServiceExt;
 
-const ROUTES: [(&str, &str); 16] = [
+const ROUTES: [(&str, &str); 19] = [
     ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/responses"),
     ("POST", "/v1/completions"),
     ("POST", "/api/chat"),
     ("POST", "/api/generate"),
@@ -51,7 +54,7 @@ const ROUTES: [(&str, &str); 16] = [
 ];
 
 /// Field names the routes read, top level and under Ollama's `options`, plus unknown ones.
-const FIELDS: [&str; 48] = [
+const FIELDS: [&str; 56] = [
     "model",
     "prompt",
     "messages",
@@ -100,6 +103,14 @@ const FIELDS: [&str; 48] = [
     "content",
     "id",
     "scale",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "stop_sequences",
+    "thinking",
+    "text",
+    "store",
+    "previous_response_id",
 ];
 
 /// Strings with meaning somewhere: control-token texts, template markup, names, schemas' words.

@@ -1,13 +1,15 @@
 //! Fuzz the server's request decoding (`server::requests::decode`): byte 0 picks a route that takes
 //! a body (`/v1/chat/completions`, `/v1/completions`, `/api/show`, `/api/chat`,
-//! `/api/generate`, `/api/pull`), the rest is the body, through the same decoding and
+//! `/api/generate`, `/api/pull`, `/v1/messages`, `/v1/messages/count_tokens`,
+//! `/v1/responses`), the rest is the body, through the same decoding and
 //! validation the route's handler runs before it meets the model. Nothing may panic or
 //! overflow, and:
 //! - what a request decodes to is valid: sampling settings pass
 //!   `SamplerParams::validate`, the token limit is not 0, a chat has messages, show and pull
 //!   name a model;
 //! - a refusal is a 4xx with a message, and renders as a JSON body in the route's error shape
-//!   (`{"error": {"message", "type", "code"}}` for OpenAI, `{"error": "…"}` for Ollama).
+//!   (`{"error": {"message", "type", "code"}}` for OpenAI, `{"error": "…"}` for Ollama,
+//!   `{"type": "error", "error": {"type", "message"}}` for Anthropic).
 
 #![no_main]
 
@@ -38,6 +40,9 @@ fn check_error(route: BodyRoute, e: ApiError) {
     match style {
         Style::OpenAi => assert!(v["error"]["message"].is_string(), "{v}"),
         Style::Ollama => assert!(v["error"].is_string(), "{v}"),
+        Style::Anthropic => {
+            assert!(v["type"] == "error" && v["error"]["message"].is_string(), "{v}")
+        }
     }
 }
 
@@ -65,6 +70,14 @@ fuzz_target!(|data: &[u8]| {
                 Decoded::Generate(g) => check_settings(&g.settings),
                 Decoded::Show(s) => assert!(!s.model.is_empty()),
                 Decoded::Pull(p) => assert!(!p.model.is_empty()),
+                Decoded::Messages(m) => {
+                    assert!(!m.messages.is_empty());
+                    check_settings(&m.settings);
+                }
+                Decoded::Responses(r) => {
+                    assert!(!r.messages.is_empty());
+                    check_settings(&r.settings);
+                }
             }
         }
     }

@@ -200,6 +200,11 @@ impl Sequence {
         Step { text, finish }
     }
 
+    /// The index of the stop string that ended the answer (in the request's list), if one did.
+    pub fn stop_string(&self) -> Option<usize> {
+        self.stops.matched()
+    }
+
     /// The text held back (a possible stop string's start, an unfinished character), once the
     /// answer has ended: empty if a stop string ended it.
     pub fn flush(&mut self) -> String {

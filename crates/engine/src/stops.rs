@@ -31,6 +31,9 @@ pub struct StopMatcher {
     pending: String,
     /// Where [`Stops::walk`] stands after the text pushed so far.
     state: StateID,
+    /// The index (in the list given to [`StopMatcher::new`]) of the stop string that ended
+    /// the text, once one has.
+    matched: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -44,6 +47,9 @@ struct Stops {
     walk: contiguous::NFA,
     /// The length of that prefix for each state a prefix of a stop reaches (others: 0).
     depth: HashMap<StateID, usize>,
+    /// Each pattern id's index in the list the matcher was made from (empty ones are left
+    /// out of the automata).
+    index: Vec<usize>,
 }
 
 impl StopMatcher {
@@ -73,9 +79,17 @@ impl StopMatcher {
     /// from a request checks them first, or uses [`StopMatcher::try_new`]): past them it still
     /// matches exactly, but holds back and searches up to the longest stop string per token.
     pub fn new(stops: &[String]) -> Self {
-        let pats: Vec<&str> = stops.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+        let (index, pats): (Vec<usize>, Vec<&str>) = (stops.iter().enumerate())
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(i, s)| (i, s.as_str()))
+            .unzip();
         if pats.is_empty() {
-            return StopMatcher { stops: None, pending: String::new(), state: StateID::ZERO };
+            return StopMatcher {
+                stops: None,
+                pending: String::new(),
+                state: StateID::ZERO,
+                matched: None,
+            };
         }
         // Building fails only past 2^31 states (gigabytes of stop strings).
         let leftmost = AhoCorasick::builder()
@@ -98,9 +112,10 @@ impl StopMatcher {
         }
         let state = walk.start_state(Anchored::No).expect("unanchored walks are supported");
         StopMatcher {
-            stops: Some(Arc::new(Stops { leftmost, walk, depth })),
+            stops: Some(Arc::new(Stops { leftmost, walk, depth, index })),
             pending: String::new(),
             state,
+            matched: None,
         }
     }
 
@@ -123,6 +138,7 @@ impl StopMatcher {
             if let Some(m) = st.leftmost.find(self.pending.as_str()) {
                 let emit = self.pending[..m.start()].to_string();
                 self.pending.clear();
+                self.matched = st.index.get(m.pattern().as_usize()).copied();
                 return (emit, true);
             }
         }
@@ -136,6 +152,12 @@ impl StopMatcher {
         let emit = self.pending[..cut].to_string();
         self.pending.drain(..cut);
         (emit, false)
+    }
+
+    /// The index of the stop string that ended the text, if one did (the first to start, as
+    /// cut).
+    pub fn matched(&self) -> Option<usize> {
+        self.matched
     }
 
     /// Text held back so far (at most the longest stop string less one byte).
@@ -159,6 +181,16 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    #[test]
+    fn the_stop_met_is_named_by_its_index_in_the_list_given() {
+        let stops = ["", "END", "5"].map(String::from);
+        let mut m = StopMatcher::new(&stops);
+        assert_eq!(m.push("1, 2, 3, 4, "), ("1, 2, 3, 4, ".to_string(), false));
+        assert_eq!(m.matched(), None);
+        assert_eq!(m.push("5, 6"), (String::new(), true));
+        assert_eq!(m.matched(), Some(2));
+    }
 
     #[test]
     fn stop_strings_split_across_pieces_are_caught_and_not_emitted() {

@@ -18,7 +18,8 @@
 //!   the page `/ui` (which holds no data; its calls send the key); the admin routes (adding
 //!   and removing adapters, vLLM's load and unload routes, default scales, pulls) need `--admin-key`, or, without one,
 //!   `--allow-admin` opens them to whoever may use the API. Keys are compared as SHA-256
-//!   digests, in time independent of where they differ; the scheme `Bearer` in any case.
+//!   digests, in time independent of where they differ; the scheme `Bearer` in any case, or
+//!   Anthropic's `x-api-key` header.
 //!
 //! Cost per request: a few header lookups and, with a key, one SHA-256 of the key sent.
 
@@ -81,7 +82,7 @@ impl std::fmt::Display for Denied {
         match self {
             Denied::Host(h) => write!(f, "Host {h:?} is not this server's: a server on a loopback address answers only to localhost, 127.0.0.1, [::1] and its {} (this refuses DNS-rebinding web pages); connect by one of those names", flags::HOST),
             Denied::Origin(o) => write!(f, "requests from the web origin {o:?} are refused: start the server with {} {o} to let pages of that origin call it", flags::ALLOWED_ORIGINS),
-            Denied::Key => write!(f, "this server requires an API key: send `Authorization: Bearer <key>`"),
+            Denied::Key => write!(f, "this server requires an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)"),
             Denied::Admin { keyed: true } => write!(f, "this route administers the server (adapters, default scales, pulls): send the admin key ({}) as `Authorization: Bearer <admin key>`", flags::ADMIN_KEY),
             Denied::Admin { keyed: false } => write!(f, "this route administers the server (adapters, default scales, pulls) and administration is off: start the server with {} KEY (or SNUG_ADMIN_KEY) and send that key, or with {}", flags::ADMIN_KEY, flags::ALLOW_ADMIN),
             Denied::ContentType(t) => write!(f, "the request body must be JSON sent with `Content-Type: application/json` (got {t}); with curl add -H 'Content-Type: application/json'"),
@@ -115,6 +116,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The key of an `x-api-key: KEY` header (Anthropic's clients send the key so).
+fn api_key(headers: &HeaderMap) -> Option<&str> {
+    Some(headers.get("x-api-key")?.to_str().ok()?.trim())
 }
 
 /// `host` without its port, lower case (`[::1]:8080` → `[::1]`, `Local:1` → `local`).
@@ -221,7 +227,7 @@ impl Access {
         if route == "/health" || route == "/ready" || route == "/ui" {
             return Ok(());
         }
-        let sent = bearer(headers).map(digest);
+        let sent = bearer(headers).or_else(|| api_key(headers)).map(digest);
         let is = |k: &Option<[u8; 32]>| matches!((k, &sent), (Some(k), Some(s)) if same(k, s));
         let admin = is(&self.admin_key);
         if self.api_key.is_some() && !admin && !is(&self.api_key) {
@@ -394,6 +400,15 @@ mod tests {
         let pull = |a: &Access| a.check(&Method::POST, "/lora-adapters", &head(&[JSON]));
         assert_eq!(pull(&off), Err(Denied::Admin { keyed: false }));
         assert_eq!(pull(&Access::new(None, None, true, "h", false, &[])), Ok(()));
+    }
+
+    #[test]
+    fn anthropic_clients_send_the_key_as_x_api_key() {
+        let a = Access::new(Some("user-key"), None, false, "h", false, &[]);
+        let post = |h: &[(&'static str, &str)]| a.check(&Method::POST, "/v1/messages", &head(h));
+        assert_eq!(post(&[("x-api-key", "user-key"), JSON]), Ok(()));
+        assert_eq!(post(&[("x-api-key", "user-kez"), JSON]), Err(Denied::Key));
+        assert!(matches!(post(&[("x-api-key", "user-key")]), Err(Denied::ContentType(_))));
     }
 
     #[test]

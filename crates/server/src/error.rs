@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use crate::flags::MAX_BODY;
+use crate::responses::anthropic::AnthropicError;
 use crate::responses::ollama::OllamaError;
 use crate::responses::openai::{ErrorDetail, OpenAiError};
 
@@ -20,12 +21,16 @@ pub enum Style {
     OpenAi,
     /// `{"error": "message"}`
     Ollama,
+    /// `{"type": "error", "error": {"type", "message"}}` (Anthropic's Messages API)
+    Anthropic,
 }
 
 impl Style {
     pub(crate) fn of_path(path: &str) -> Style {
         if path.starts_with("/api/") {
             Style::Ollama
+        } else if path.starts_with("/v1/messages") {
+            Style::Anthropic
         } else {
             Style::OpenAi
         }
@@ -97,6 +102,10 @@ impl IntoResponse for ApiError {
             }
             Style::Ollama => {
                 (self.status, axum::Json(OllamaError { error: self.message })).into_response()
+            }
+            Style::Anthropic => {
+                let body = AnthropicError::new(self.status.as_u16(), self.message);
+                (self.status, axum::Json(body)).into_response()
             }
         };
         if let Some(s) = self.retry_after {

@@ -53,6 +53,7 @@
 
 pub mod access;
 pub mod adapters;
+pub mod agents;
 pub mod api;
 pub mod conns;
 pub mod embeddings;

@@ -655,7 +655,7 @@ fn chat_finish(r: FinishReason, called: bool) -> ChatFinish {
 }
 
 fn usage(f: &Finish) -> Usage {
-    Usage::new(f.n_prompt, f.n_gen)
+    Usage::new(f.n_prompt, f.n_cached, f.n_gen)
 }
 
 fn next_id(prefix: &str) -> String {

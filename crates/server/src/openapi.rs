@@ -18,6 +18,7 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use crate::error::Style;
+use crate::responses::anthropic::AnthropicError;
 use crate::responses::ollama::OllamaError;
 use crate::responses::openai::OpenAiError;
 
@@ -162,11 +163,12 @@ pub fn document(ops: &[Op], auth: bool) -> Value {
     let errors = [
         (Style::OpenAi, schema_of::<OpenAiError>(&mut resp)),
         (Style::Ollama, schema_of::<OllamaError>(&mut resp)),
+        (Style::Anthropic, schema_of::<AnthropicError>(&mut resp)),
     ];
     let mut paths = Map::new();
     for r in ops {
         let style = Style::of_path(r.path);
-        let error_schema = &errors.iter().find(|(s, _)| *s == style).expect("both styles").1;
+        let error_schema = &errors.iter().find(|(s, _)| *s == style).expect("every style").1;
         let mut ok = json!({"description": r.answer.description});
         if let Some(c) = content(&r.answer.body, &mut resp) {
             ok["content"] = c;

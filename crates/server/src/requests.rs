@@ -3,6 +3,7 @@
 //! fuzz target `server_requests` runs exactly what the handlers run. The route table
 //! ([`crate::routes::table`]) takes these routes' paths from [`BodyRoute::path`].
 
+use crate::agents::{messages, responses};
 use crate::error::ApiError;
 use crate::{ollama, openai};
 
@@ -15,16 +16,22 @@ pub enum BodyRoute {
     Chat,
     Generate,
     Pull,
+    Messages,
+    CountTokens,
+    Responses,
 }
 
 impl BodyRoute {
-    pub const ALL: [BodyRoute; 6] = [
+    pub const ALL: [BodyRoute; 9] = [
         BodyRoute::ChatCompletions,
         BodyRoute::Completions,
         BodyRoute::Show,
         BodyRoute::Chat,
         BodyRoute::Generate,
         BodyRoute::Pull,
+        BodyRoute::Messages,
+        BodyRoute::CountTokens,
+        BodyRoute::Responses,
     ];
 
     pub fn path(self) -> &'static str {
@@ -35,6 +42,9 @@ impl BodyRoute {
             BodyRoute::Chat => "/api/chat",
             BodyRoute::Generate => "/api/generate",
             BodyRoute::Pull => "/api/pull",
+            BodyRoute::Messages => "/v1/messages",
+            BodyRoute::CountTokens => "/v1/messages/count_tokens",
+            BodyRoute::Responses => "/v1/responses",
         }
     }
 }
@@ -48,6 +58,8 @@ pub enum Decoded {
     Chat(ollama::Chat),
     Generate(ollama::Generate),
     Pull(ollama::Pull),
+    Messages(messages::Decoded),
+    Responses(responses::Decoded),
 }
 
 /// `body` as `route`'s request: the decoding and validation its handler runs first (a pure
@@ -60,5 +72,8 @@ pub fn decode(route: BodyRoute, body: &[u8]) -> Result<Decoded, ApiError> {
         BodyRoute::Chat => Decoded::Chat(ollama::Chat::decode(body)?),
         BodyRoute::Generate => Decoded::Generate(ollama::Generate::decode(body)?),
         BodyRoute::Pull => Decoded::Pull(ollama::Pull::decode(body)?),
+        BodyRoute::Messages => Decoded::Messages(messages::Decoded::decode(body)?),
+        BodyRoute::CountTokens => Decoded::Messages(messages::Decoded::read(body)?),
+        BodyRoute::Responses => Decoded::Responses(responses::Decoded::decode(body)?),
     })
 }

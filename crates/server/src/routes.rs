@@ -24,7 +24,11 @@ use crate::access::Denied;
 use crate::error::{ApiError, Style};
 use crate::openapi::{self, schema_of, Answer, Op, GENERATION_ERRORS};
 use crate::requests::BodyRoute;
+use crate::responses::anthropic::{
+    Event as AnthropicEvent, Message as AnthropicMessage, TokenCount,
+};
 use crate::responses::llama::{InfillRecord, LoraAdapter, Success};
+use crate::responses::oai_responses::{Event as ResponseEvent, Response as ResponseObject};
 use crate::responses::ollama::{
     ChatRecord, Embed, Embedding, GenerateRecord, Ps, PullRecord, Show, Tags, Version,
 };
@@ -34,7 +38,7 @@ use crate::responses::openai::{
 };
 use crate::responses::snug::{Adapter, AdapterList, Health, Ready};
 use crate::transport::{self, Deadline};
-use crate::{adapters, embeddings, fim, ollama, openai, replica, ui, AppState, Shared};
+use crate::{adapters, agents, embeddings, fim, ollama, openai, replica, ui, AppState, Shared};
 
 /// A route: its description for the document, whether the document lists it (the HTML page
 /// is for browsers, not part of the API), and its handler.
@@ -103,6 +107,36 @@ pub fn table() -> Vec<Route> {
                 GENERATION_ERRORS,
             ),
             openai::completions,
+        ),
+        route(
+            post_op(
+                BodyRoute::Messages,
+                "Anthropic Messages (SSE events `message_start` … `message_stop` with `stream: true`); `x-api-key` is taken as the key",
+                schema_of::<agents::messages::MessagesRequest>,
+                Answer::stream::<AnthropicMessage, AnthropicEvent>("The answer", SSE),
+                GENERATION_ERRORS,
+            ),
+            agents::messages::create,
+        ),
+        route(
+            post_op(
+                BodyRoute::CountTokens,
+                "Anthropic's token count: the prompt tokens the same /v1/messages body would use (input plus cache read)",
+                schema_of::<agents::messages::MessagesRequest>,
+                Answer::json::<TokenCount>("The count"),
+                GENERATION_ERRORS,
+            ),
+            agents::messages::count_tokens,
+        ),
+        route(
+            post_op(
+                BodyRoute::Responses,
+                "OpenAI Responses, stateless (SSE events `response.created` … `response.completed` with `stream: true`)",
+                schema_of::<agents::responses::ResponsesRequest>,
+                Answer::stream::<ResponseObject, ResponseEvent>("The answer", SSE),
+                GENERATION_ERRORS,
+            ),
+            agents::responses::create,
         ),
         route(get_op("/v1/models", "The served model", Answer::json::<ModelList>("Models")), openai::models),
         route(get_op("/", "Ollama's liveness text", Answer::text("`Ollama is running`", TEXT)), ollama::root),
@@ -388,7 +422,7 @@ async fn cors(State(st): Shared, req: Request, next: Next) -> Response {
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("authorization, content-type"),
+            HeaderValue::from_static("authorization, content-type, x-api-key, anthropic-version"),
         );
         h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
     }

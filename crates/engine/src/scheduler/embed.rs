@@ -138,7 +138,9 @@ impl Scheduler {
             let finish = Finish {
                 reason: FinishReason::Stop,
                 n_prompt,
+                n_cached: 0,
                 n_gen: 0,
+                stop_string: None,
                 queued: q.admitted - q.submitted,
                 prompt: q.admitted.elapsed(),
                 generation: Duration::ZERO,

@@ -208,7 +208,12 @@ pub enum FinishReason {
 pub struct Finish {
     pub reason: FinishReason,
     pub n_prompt: usize,
+    /// Of `n_prompt`, the tokens the prefix cache held (read from it, not computed).
+    pub n_cached: usize,
     pub n_gen: usize,
+    /// The index in `Request::stop` of the stop string that ended the answer, if one did
+    /// (Anthropic's `stop_sequence`).
+    pub stop_string: Option<usize>,
     /// From submission to a free slot.
     pub queued: Duration,
     /// From admission to the first sampled token (prompt processing).

@@ -145,7 +145,9 @@ impl Scheduler {
             let _ = job.events.send(Event::Done(Finish {
                 reason: FinishReason::Aborted,
                 n_prompt: job.req.prompt.len(),
+                n_cached: 0,
                 n_gen: 0,
+                stop_string: None,
                 queued: submitted.elapsed(),
                 prompt: Duration::ZERO,
                 generation: Duration::ZERO,
@@ -288,6 +290,7 @@ impl Scheduler {
             ),
             tokens: job.req.prompt.clone(),
             n_past: hit,
+            n_cached: hit,
             next: 0,
             submitted,
             admitted: Instant::now(),

@@ -35,6 +35,8 @@ pub(super) struct Seq {
     pub(super) tokens: Vec<u32>,
     /// Positions written to the KV cache.
     pub(super) n_past: usize,
+    /// The prompt's tokens the prefix cache held at admission.
+    pub(super) n_cached: usize,
     /// The token to feed next once the prompt is read.
     pub(super) next: u32,
     pub(super) submitted: Instant,
@@ -57,7 +59,9 @@ impl Seq {
         Finish {
             reason,
             n_prompt: self.job.req.prompt.len(),
+            n_cached: self.n_cached,
             n_gen: self.answer.n_gen(),
+            stop_string: self.answer.stop_string(),
             queued: self.admitted - self.submitted,
             prompt: first - self.admitted,
             generation: now - first,

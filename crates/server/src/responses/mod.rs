@@ -1,7 +1,7 @@
 //! The bodies the server answers, as types: every JSON body a route sends (whole answers, each
 //! record of a stream, errors) is one of these structs, serialized by the handler and described
 //! in `/openapi.json` by the same type (`schemars`, [`crate::openapi`]), so the spec cannot
-//! drift from what is sent. One file per API shape: [`openai`], [`ollama`], [`llama`]
+//! drift from what is sent. One file per API shape: [`openai`], [`ollama`], [`anthropic`], [`llama`]
 //! (llama-server's own routes) and [`snug`] (probes and adapter administration).
 //!
 //! The wire format is the one the handlers wrote with `json!` before: fields in the same order,
@@ -11,7 +11,9 @@
 //! [`wide_rows`] or by `f64` fields. Cost: none over `json!`: a struct serializes straight to
 //! the text, without building a `Value` tree first. This module uses nothing of the crate.
 
+pub mod anthropic;
 pub mod llama;
+pub mod oai_responses;
 pub mod ollama;
 pub mod openai;
 pub mod snug;
@@ -126,9 +128,9 @@ mod tests {
                 "logprobs": null, "finish_reason": null}]}))
         );
         assert_eq!(
-            to_json(&chunk(Vec::new(), Some(Usage::new(2, 3)))),
+            to_json(&chunk(Vec::new(), Some(Usage::new(2, 0, 3)))),
             with(json!({"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3,
-                "total_tokens": 5}}))
+                "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}}}))
         );
         let stats = Stats {
             total_duration: 6,

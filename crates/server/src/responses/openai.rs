@@ -42,21 +42,31 @@ impl From<TextFinish> for ChatFinish {
     }
 }
 
-/// Token counts: the prompt after the template, and the tokens generated.
+/// Token counts: the prompt after the template, and the tokens generated; of the prompt's,
+/// `prompt_tokens_details.cached_tokens` were read from the prefix cache.
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
 #[schemars(rename = "OpenAiUsage")]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// The prompt tokens the prefix cache held (not computed again).
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[schemars(rename = "OpenAiPromptTokensDetails")]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
 }
 
 impl Usage {
-    pub fn new(prompt: usize, generated: usize) -> Usage {
+    pub fn new(prompt: usize, cached: usize, generated: usize) -> Usage {
         Usage {
             prompt_tokens: prompt,
             completion_tokens: generated,
             total_tokens: prompt + generated,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: cached },
         }
     }
 }

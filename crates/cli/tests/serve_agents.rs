@@ -1,0 +1,55 @@
+//! The coding agents' APIs over loopback (issue 48), driven by the official Python clients
+//! (`serve_agents.py`): Anthropic's Messages (create, stream, forced and streamed `tool_use`,
+//! a `tool_result` round trip read from the prefix cache, `count_tokens` equal to input plus
+//! cache read, system blocks with `cache_control`, errors in Anthropic's shape), OpenAI's
+//! Responses (create, stream, a required call with built-in tool types ignored, a
+//! `function_call_output` round trip, `text.format` json_schema, the stateless 400), and an
+//! `openai-agents` agent whose tool is called and whose final answer is given. qwen2.5-coder-0.5b
+//! with its own template (the agent runs on qwen2.5-coder-1.5b: given its tool's result, the
+//! 0.5b calls the tool again until the agent's turns run out); an API key checked as
+//! `x-api-key` and as `Bearer`.
+
+mod common;
+
+use std::process::Command;
+
+use common::serve::Server;
+
+const ALIAS: &str = "qwen2.5-coder-0.5b";
+const KEY: &str = "agent-key";
+
+fn run_script(mode: &str, alias: &str) {
+    let model = common::model(alias);
+    let args =
+        ["--name", ALIAS, "--parallel", "1", "--ctx", "2048", "--threads", "2", "--api-key", KEY];
+    let server = Server::start(&model, &args);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_agents.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args([server.url().as_str(), ALIAS, mode, KEY])
+        .output()
+        .expect("python3 runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !stderr.contains("No module named"),
+        "the Python clients are missing: `python3 -m pip install anthropic openai openai-agents`\n{stderr}"
+    );
+    assert!(out.status.success(), "serve_agents.py {mode} failed:\n{stdout}\n{stderr}");
+    println!("{stdout}");
+}
+
+#[test]
+fn anthropic_messages_through_the_anthropic_client() {
+    run_script("messages", ALIAS);
+}
+
+#[test]
+fn openai_responses_through_the_openai_client() {
+    run_script("responses", ALIAS);
+}
+
+#[test]
+fn an_openai_agents_agent_calls_its_tool_and_answers() {
+    run_script("agents", "qwen2.5-coder-1.5b");
+}
