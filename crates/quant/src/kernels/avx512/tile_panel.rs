@@ -18,8 +18,9 @@
 //! Then the block's float step of `panel.rs` for each token, one row per lane: Q4_K
 //! `acc = fma(yd, fmsub(d, S, dmin·M), acc)`, Q6_K `acc = fma(yd, d·S, acc)`.
 //!
-//! Layout: the VNNI panel of the rows first (`panel.rs`: its scales, `d` and `dmin`, and the
-//! tokens that do not fill a tile of 16 run on it), then per 256-value block three digit
+//! Layout: the VNNI panel of the rows first (`panel.rs`: its scales, `d` and `dmin`; a batch's
+//! tail of fewer than [`TILE_MIN_TOKENS`] tokens runs on it, a longer one on tiles of its
+//! height), then per 256-value block three digit
 //! weights of four 1 KiB tiles, `[k / 4][row][k % 4]` (the VNNI panel's value layout, which is
 //! what `tdpbssd` takes as its second source). The activations are the Q8_K rows themselves:
 //! one tile load with the row stride takes 64 values of 16 tokens.
@@ -27,7 +28,7 @@
 //! Cost per block and 16 tokens: 12 `tdpbssd` (16 × 16 × 64 products each), 24 tile loads and
 //! 3 tile stores, then per token 3 loads, 2–5 integer ops and the float step, where the VNNI
 //! panel issues ~90 vector instructions per token. The unpack adds to the VNNI panel's 3 × 64
-//! digit multiplications (5 ops each) per block; runs of at least 16 tokens earn it back.
+//! digit multiplications (5 ops each) per block (BENCHMARKS.md: where it pays).
 //!
 //! # Safety
 //! Every function here needs AVX-512 F/BW/VL/VNNI, and AMX tiles granted to the process
@@ -183,8 +184,12 @@ unsafe fn unpack<F: TileFormat>(cols: usize, w: &[u8], w_row: usize, panel: &mut
     }
 }
 
+/// Fewest tokens a tile runs: a smaller tail of a batch runs on the VNNI panel.
+const TILE_MIN_TOKENS: usize = 4;
+
 /// `out[t * out_stride + r]` for the 16 rows of the panel and the `m` Q8_K rows of `x`: tiles of
-/// 16 tokens, the rest on the VNNI panel.
+/// 16 tokens, then a tile of the tail's height, or the VNNI panel for a tail of fewer than
+/// [`TILE_MIN_TOKENS`].
 ///
 /// # Safety
 /// As [`panel::run`], for a panel [`unpack`] filled, with AMX usable in this process.
@@ -201,39 +206,64 @@ unsafe fn run<F: TileFormat>(
     let nb = cols / 256;
     let (vnni, digits) = panel.split_at(nb * BLOCK_BYTES);
     let full = m / TT * TT;
-    if full > 0 {
-        tiles::configure();
-        #[repr(C, align(64))]
-        struct Sums([[[i32; 16]; TT]; DIGITS]);
-        let mut c = Sums([[[0; 16]; TT]; DIGITS]);
-        for t0 in (0..full).step_by(TT) {
-            let mut acc = [_mm512_setzero_ps(); TT];
-            let xp = x.as_ptr().add(t0 * x_row);
-            for i in 0..nb {
-                let y0 = xp.add(i * 292);
-                tiles::dot3(
-                    y0.add(4),
-                    x_row,
-                    digits.as_ptr().add(i * DIGITS * DIGIT_BYTES),
-                    c.0.as_mut_ptr().cast(),
-                );
-                let pb = vnni.as_ptr().add(i * BLOCK_BYTES);
-                for t in 0..TT {
-                    let sums =
-                        std::array::from_fn(|p| _mm512_load_si512(c.0[p][t].as_ptr().cast()));
-                    let yd = _mm512_set1_ps(y0.add(t * x_row).cast::<f32>().read_unaligned());
-                    acc[t] = F::finish(sums, pb, yd, acc[t]);
-                }
-            }
-            for t in 0..TT {
-                _mm512_storeu_ps(out.add((t0 + t) * out_stride), acc[t]);
-            }
+    let on_tiles = if m - full >= TILE_MIN_TOKENS { m } else { full };
+    // A tile of tokens at a time, against every block: its activations are read once, in row
+    // order (blocks first ran against every tile of tokens, their digit weights held in L1:
+    // slower, as the activations then stream from L3 once per block). The running sums wait
+    // in `out`, 16 lines that stay in L1 (a token's float steps keep their block order).
+    for t0 in (0..on_tiles).step_by(TT) {
+        let n = (on_tiles - t0).min(TT);
+        if t0 == 0 || n < TT {
+            tiles::configure(n);
         }
+        let (xp, o) = (x.as_ptr().add(t0 * x_row), out.add(t0 * out_stride));
+        for i in 0..nb {
+            block::<F>(i, vnni, digits, xp, x_row, n, o, out_stride);
+        }
+    }
+    if on_tiles > 0 {
         tiles::release();
     }
-    if full < m {
-        let x = &x[full * x_row..];
-        panel::run::<F>(cols, vnni, x, x_row, m - full, out.add(full * out_stride), out_stride);
+    if on_tiles < m {
+        let x = &x[on_tiles * x_row..];
+        let out = out.add(on_tiles * out_stride);
+        panel::run::<F>(cols, vnni, x, x_row, m - on_tiles, out, out_stride);
+    }
+}
+
+/// Block `i` of the panel against `n <= 16` tokens from `xp` (the configured tile height): each
+/// token's running sum in `out` (from 0 at block 0) after the block's float step.
+///
+/// # Safety
+/// As [`run`], with the tiles configured for `n` tokens and `out` holding the sums of blocks
+/// `0..i`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn block<F: TileFormat>(
+    i: usize,
+    vnni: &[u8],
+    digits: &[u8],
+    xp: *const u8,
+    x_row: usize,
+    n: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    #[repr(C, align(64))]
+    struct Sums([[[i32; 16]; TT]; DIGITS]);
+    let mut c = std::mem::MaybeUninit::<Sums>::uninit();
+    let y0 = xp.add(i * 292);
+    let w = digits.as_ptr().add(i * DIGITS * DIGIT_BYTES);
+    tiles::dot3(y0.add(4), x_row, w, c.as_mut_ptr().cast());
+    // SAFETY: dot3 wrote the sums of every configured token (rows 0..n of each digit).
+    let c = c.as_ptr().cast::<[[i32; 16]; TT]>();
+    let pb = vnni.as_ptr().add(i * BLOCK_BYTES);
+    for t in 0..n {
+        let sums = std::array::from_fn(|p| _mm512_load_si512((*c.add(p))[t].as_ptr().cast()));
+        let yd = _mm512_set1_ps(y0.add(t * x_row).cast::<f32>().read_unaligned());
+        let o = out.add(t * out_stride);
+        let acc = if i == 0 { _mm512_setzero_ps() } else { _mm512_loadu_ps(o) };
+        _mm512_storeu_ps(o, F::finish(sums, pb, yd, acc));
     }
 }
 

@@ -9,8 +9,9 @@
 //! filter) leaves the process on the AVX-512 VNNI path, which gives the same bits.
 //!
 //! The tile intrinsics are unstable in Rust 1.95, so the instructions are `asm!` (LLVM's
-//! assembler knows the mnemonics whatever the target features). One configuration serves every
-//! use: palette 1, all eight tiles 16 rows of 64 bytes. Each run loads it (`ldtilecfg`, a few
+//! assembler knows the mnemonics whatever the target features). One configuration serves a run:
+//! palette 1, tiles of 64-byte rows, 16 rows for weights and one per token for the rest. Each
+//! run loads it (`ldtilecfg`, a few
 //! dozen cycles) and ends with `tilerelease`, so a thread holds tile state only inside a run and
 //! its other context switches stay as cheap as before.
 
@@ -46,31 +47,27 @@ fn request_permission() -> bool {
     false
 }
 
-/// The tile configuration ([`configure`]): palette 1, eight tiles of 16 rows × 64 bytes.
+/// A tile configuration ([`configure`]): palette 1, eight tiles of 64 bytes a row.
 #[repr(C, align(64))]
 struct Config([u8; 64]);
 
-const CONFIG: Config = {
-    let mut c = [0u8; 64];
-    c[0] = 1;
-    let mut t = 0;
-    while t < 8 {
-        c[16 + 2 * t] = 64;
-        c[48 + t] = 16;
-        t += 1;
-    }
-    Config(c)
-};
-
-/// Loads [`CONFIG`] into this thread's tile configuration.
+/// Loads this thread's tile configuration: the token tiles (A: tmm0, tmm7; sums: tmm4–6) of
+/// `tokens` rows, the weight tiles (tmm1–3) of 16. A product of fewer tokens costs the tile unit
+/// fewer cycles, so a batch's tail of tokens runs on tiles of its own height.
 ///
 /// # Safety
-/// [`usable`] returned true in this process.
+/// [`usable`] returned true in this process; `1 <= tokens <= 16`.
 #[inline(always)]
-pub(crate) unsafe fn configure() {
-    static C: Config = CONFIG;
-    // SAFETY: the caller checked AMX is usable; C is a valid 64-byte palette-1 configuration.
-    unsafe { asm!("ldtilecfg [{0}]", in(reg) C.0.as_ptr(), options(nostack, readonly)) };
+pub(crate) unsafe fn configure(tokens: usize) {
+    let mut c = Config([0; 64]);
+    c.0[0] = 1;
+    for t in 0..8 {
+        c.0[16 + 2 * t] = 64;
+        c.0[48 + t] = if (1..=3).contains(&t) { 16 } else { tokens as u8 };
+    }
+    // SAFETY: the caller checked AMX is usable; `c` is a valid palette-1 configuration (rows
+    // 1..=16, 64 bytes a row, and each product's shapes agree: sums and A rows = tokens).
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) c.0.as_ptr(), options(nostack, readonly)) };
 }
 
 /// Returns this thread's tiles to their initial state.
@@ -83,15 +80,15 @@ pub(crate) unsafe fn release() {
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// Three exact int8 products of one 256-value block, for 16 tokens and 16 weight rows:
-/// `c[p][t][r] = Σ_k a_t[k] · b_p[k][r]` (i32) for `p < 3`, where `a_t` is 256 signed bytes at
-/// `a + t·a_stride` (four 64-byte quads at `a + 64q`) and `b_p` is four 1 KiB tiles at
+/// Three exact int8 products of one 256-value block, for the configured number of tokens
+/// ([`configure`], up to 16) and 16 weight rows: `c[p][t][r] = Σ_k a_t[k] · b_p[k][r]` (i32)
+/// for `p < 3`, at `c + 1024p + 64t + 4r`, where `a_t` is 256 signed bytes at `a + t·a_stride` (four 64-byte quads at `a + 64q`) and `b_p` is four 1 KiB tiles at
 /// `b + 4096p + 1024q`, each 16 rows of `[k % 64 / 4][r][k % 4]` (the VNNI layout). Tiles: A in
 /// tmm0/tmm7 (alternating quads), B in tmm1–3, sums in tmm4–6.
 ///
 /// # Safety
 /// [`usable`] and [`configure`] on this thread; `a + t·a_stride` readable for 256 bytes for
-/// `t < 16`; `b` readable for 12 KiB; `c` writable for 3 KiB (64-byte alignment is not needed).
+/// every configured token `t`; `b` readable for 12 KiB; `c` writable for 3 KiB (64-byte alignment is not needed).
 #[inline(always)]
 pub(crate) unsafe fn dot3(a: *const u8, a_stride: usize, b: *const u8, c: *mut u8) {
     // SAFETY: the caller's contract: every address the loads and stores form is in bounds.
