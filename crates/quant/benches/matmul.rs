@@ -1,6 +1,6 @@
 //! Matmul throughput over real layer shapes: GB/s of weights for decode gemv (m = 1, weights
 //! cycled through copies larger than L3 so they stream from DRAM as in a real decode) and
-//! GFLOP/s for prefill gemm (m = 512), beside this machine's plain read bandwidth.
+//! GFLOP/s for prefill gemm (m = 512; row kernels, then prefill panels), beside this machine's plain read bandwidth.
 //!
 //! `hot` mode times one thread on weights that stay in L2 (fastest of 15 runs): the kernel's compute
 //! cost alone, which must stay under the DRAM budget (~8 GB/s per core) for decode to be
@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use quant::kernels::{isa, matmul_with, Isa, MatRef};
+use quant::kernels::{isa, matmul_panels_with, matmul_with, Isa, MatRef};
 use quant::threads::ThreadPool;
 use quant::GgmlType;
 
@@ -264,23 +264,32 @@ fn main() {
             let mut y = vec![0f32; m * rows];
             let mat = MatRef { ty, data: &w, rows, cols };
             let flop = 2.0 * (rows * cols * m) as f64;
-            let (mut runs, mut cpu_runs) = (Vec::new(), Vec::new());
-            let budget = Instant::now();
-            for r in 0..reps {
-                let (t, c) = (Instant::now(), thread_cpu_ns());
-                matmul_with(path, &pool, mat, &x, m, &mut y, &mut scratch).unwrap();
-                runs.push(flop / t.elapsed().as_secs_f64() / 1e9);
-                cpu_runs.push(flop / (thread_cpu_ns() - c).max(1) as f64);
-                if r >= 2 && budget.elapsed() > Duration::from_secs(20) {
-                    break;
+            // The row kernels, then the prefill panels (where the path has them for `ty`).
+            for panels in [false, true] {
+                let (mut runs, mut cpu_runs) = (Vec::new(), Vec::new());
+                let budget = Instant::now();
+                for r in 0..reps {
+                    let (t, c) = (Instant::now(), thread_cpu_ns());
+                    if panels {
+                        matmul_panels_with(path, &pool, mat, &x, m, &mut y, &mut scratch)
+                    } else {
+                        matmul_with(path, &pool, mat, &x, m, &mut y, &mut scratch)
+                    }
+                    .unwrap();
+                    runs.push(flop / t.elapsed().as_secs_f64() / 1e9);
+                    cpu_runs.push(flop / (thread_cpu_ns() - c).max(1) as f64);
+                    if r >= 2 && budget.elapsed() > Duration::from_secs(20) {
+                        break;
+                    }
                 }
+                let kind = if panels { "panels" } else { "rows" };
+                println!(
+                    "gemm {ty:>5} {label:<13} {rows:>5}x{cols:<5} m={m} {kind:<6} {:6.1} GFLOP/s  \
+                     (thread 0: {:5.1} GFLOP per CPU-second)",
+                    median(runs),
+                    median(cpu_runs)
+                );
             }
-            println!(
-                "gemm {ty:>5} {label:<13} {rows:>5}x{cols:<5} m={m}  {:6.1} GFLOP/s  \
-                 (thread 0: {:5.1} GFLOP per CPU-second)",
-                median(runs),
-                median(cpu_runs)
-            );
         }
     }
 }

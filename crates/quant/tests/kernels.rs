@@ -11,6 +11,9 @@ use quant::{dequantize_row, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+use common::*;
+
 const TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
@@ -28,48 +31,6 @@ const TYPES: [GgmlType; 15] = [
     GgmlType::IQ4NL,
     GgmlType::IQ4XS,
 ];
-
-/// Byte offsets of the f16 scale fields in one block of `ty` (random bytes there could be
-/// NaN/Inf; everything else in a block is valid for any bit pattern).
-fn f16_fields(ty: GgmlType) -> &'static [usize] {
-    use GgmlType::*;
-    match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4NL | IQ4XS => &[0],
-        Q4_1 | Q5_1 | Q4K | Q5K => &[0, 2],
-        Q2K => &[80, 82],
-        Q3K => &[108],
-        Q6K => &[208],
-        _ => &[],
-    }
-}
-
-/// A random row of `n` values of `ty`: random quant bits, small finite scales.
-fn random_row(rng: &mut StdRng, ty: GgmlType, n: usize) -> Vec<u8> {
-    let bytes = ty.row_bytes(n).unwrap();
-    match ty {
-        GgmlType::F32 => (0..n).flat_map(|_| rng.gen_range(-1f32..1.0).to_le_bytes()).collect(),
-        GgmlType::F16 => (0..n)
-            .flat_map(|_| half::f16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
-            .collect(),
-        GgmlType::BF16 => (0..n)
-            .flat_map(|_| half::bf16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
-            .collect(),
-        _ => {
-            let mut v: Vec<u8> = (0..bytes).map(|_| rng.gen()).collect();
-            for block in v.chunks_exact_mut(ty.type_size()) {
-                for &off in f16_fields(ty) {
-                    let d = half::f16::from_f32(rng.gen_range(-0.05f32..0.05));
-                    block[off..off + 2].copy_from_slice(&d.to_le_bytes());
-                }
-            }
-            v
-        }
-    }
-}
-
-fn random_f32(rng: &mut StdRng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.gen_range(-2f32..2.0)).collect()
-}
 
 /// Activation row in the partner format of `ty`, made by the scalar quantizer.
 fn act_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
@@ -380,78 +341,6 @@ const QUANTIZED: [GgmlType; 12] = [
     GgmlType::IQ4NL,
 ];
 
-/// Fill patterns for the non-scale bytes of a block (`None`: random bytes).
-const FILLS: [Option<[u8; 2]>; 7] = [
-    Some([0x00, 0x00]),
-    Some([0xFF, 0xFF]),
-    Some([0x80, 0x80]),
-    Some([0x7F, 0x7F]),
-    Some([0x55, 0xAA]),
-    Some([0x0F, 0xF0]),
-    None,
-];
-
-/// f16 scales: zero, the smallest subnormal, ordinary, and the largest finite, both signs.
-const SCALES: [f32; 6] = [0.0, 5.96e-8, 0.013, -0.7, 65504.0, -65504.0];
-
-/// A row of `blocks` blocks of `ty`: quant bytes from `fill`, f16 fields from `scales`
-/// (rotating through them per field and block).
-fn edge_row(
-    rng: &mut StdRng,
-    ty: GgmlType,
-    blocks: usize,
-    fill: Option<[u8; 2]>,
-    s0: usize,
-) -> Vec<u8> {
-    let mut v = vec![0u8; blocks * ty.type_size()];
-    for (k, b) in v.iter_mut().enumerate() {
-        *b = match fill {
-            Some(f) => f[k % 2],
-            None => rng.gen(),
-        };
-    }
-    for (bi, block) in v.chunks_exact_mut(ty.type_size()).enumerate() {
-        for (fi, &off) in f16_fields(ty).iter().enumerate() {
-            let d = half::f16::from_f32(SCALES[(s0 + bi + 2 * fi) % SCALES.len()]);
-            block[off..off + 2].copy_from_slice(&d.to_le_bytes());
-        }
-    }
-    v
-}
-
-/// `rows` rows of `cols` values: one [`edge_row`] for each of [`FILLS`], then `random` random
-/// rows, in turn.
-fn edge_and_random_rows(
-    rng: &mut StdRng,
-    ty: GgmlType,
-    cols: usize,
-    rows: usize,
-    random: usize,
-) -> Vec<u8> {
-    let blocks = cols / ty.block_size();
-    (0..rows)
-        .flat_map(|r| match r % (FILLS.len() + random) {
-            f if f < FILLS.len() => edge_row(rng, ty, blocks, FILLS[f], r),
-            _ => random_row(rng, ty, cols),
-        })
-        .collect()
-}
-
-/// Activation rows that quantize to edge values: all +127, alternating ±127, all zero, one
-/// outlier among tiny values, and random.
-fn edge_acts(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
-    vec![
-        vec![2.0; n],
-        (0..n).map(|k| if k % 2 == 0 { 3.0 } else { -3.0 }).collect(),
-        vec![0.0; n],
-        (0..n).map(|k| if k == n / 3 { -1000.0 } else { 1e-3 * (k % 7) as f32 }).collect(),
-        (0..n).map(|_| rng.gen_range(-2f32..2.0)).collect(),
-        (0..n).map(|k| if k % 3 == 0 { -2.0 } else { 2.0 }).collect(),
-        (0..n).map(|_| rng.gen_range(-1e3f32..1e3)).collect(),
-        (0..n).map(|k| (k % 256) as f32 - 128.0).collect(),
-    ]
-}
-
 #[test]
 fn every_simd_row_kernel_matches_scalar_on_edge_case_blocks() {
     let mut rng = StdRng::seed_from_u64(30);
@@ -581,12 +470,6 @@ fn prefill_batches_match_scalar_on_edge_case_blocks() {
 
 /// The formats with prefill panels (AVX-512 VNNI).
 const PANEL_TYPES: [GgmlType; 4] = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS];
-
-/// Whether `a` and `b` are the same f32 bits (any two NaNs count as equal: which NaN operand an
-/// FMA passes on depends on the register form the compiler picked).
-fn same_bits(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
 
 /// On AVX-512 the panels and the row kernels give every (row, token) the same f32 bits, so the
 /// kernel a token meets is a speed choice only: edge-case blocks (every fill pattern, so zero and

@@ -54,30 +54,35 @@ pub use matmul::{
 pub const TILE: usize = 8;
 
 /// An instruction-set path. Each has its own kernel table; a path without its own kernel for a
-/// type uses the next older one (AVX-512 → AVX2 → scalar, NEON → scalar).
+/// type uses the next older one (AMX → AVX-512 → AVX2 → scalar, NEON → scalar). AMX is the
+/// AVX-512 path with the prefill panels of Q4_K and Q6_K on Intel AMX tiles
+/// (`avx512/tile_panel.rs`), the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     Scalar,
     Avx2,
     Avx512,
+    Amx,
     Neon,
 }
 
 impl Isa {
     /// Every path, oldest first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx, Isa::Neon];
 
     pub const fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
         }
     }
 
     /// Whether this CPU can run the path (AVX2 needs AVX2+FMA+F16C; AVX-512 needs F/BW/VL/VNNI
-    /// on top; NEON needs aarch64).
+    /// on top; AMX needs AMX-TILE/INT8 on top and the kernel's leave to use the tiles, asked for
+    /// once per process; NEON needs aarch64).
     pub fn available(self) -> bool {
         match self {
             Isa::Scalar => true,
@@ -95,21 +100,23 @@ impl Isa {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512.available() && avx512::tiles_usable(),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => false,
+            Isa::Avx2 | Isa::Avx512 | Isa::Amx => false,
             #[cfg(not(target_arch = "aarch64"))]
             Isa::Neon => false,
         }
     }
 
-    /// Whether the path runs AVX2 + FMA + F16C code: the AVX2 path, and AVX-512, which extends
-    /// it. The model's own SIMD kernels (attention tiles, KV formats, SwiGLU) choose by this, so
+    /// Whether the path runs AVX2 + FMA + F16C code: the AVX2 path, and AVX-512 and AMX, which
+    /// extend it. The model's own SIMD kernels (attention tiles, KV formats, SwiGLU) choose by this, so
     /// [`isa`] and `SNUG_KERNELS` decide for them too.
     pub const fn avx2_family(self) -> bool {
         match self {
-            Isa::Avx2 | Isa::Avx512 => true,
+            Isa::Avx2 | Isa::Avx512 | Isa::Amx => true,
             Isa::Scalar | Isa::Neon => false,
         }
     }
@@ -121,7 +128,7 @@ impl Isa {
 
     /// The best path this CPU can run.
     pub fn best() -> Isa {
-        [Isa::Avx512, Isa::Avx2, Isa::Neon]
+        [Isa::Amx, Isa::Avx512, Isa::Avx2, Isa::Neon]
             .into_iter()
             .find(|i| i.available())
             .unwrap_or(Isa::Scalar)
@@ -135,7 +142,7 @@ impl std::fmt::Display for Isa {
 }
 
 /// The kernel path for this process: chosen once, from the CPU's features, or forced with
-/// `SNUG_KERNELS=scalar|avx2|avx512|neon` (a forced path this CPU cannot run is ignored and the
+/// `SNUG_KERNELS=scalar|avx2|avx512|amx|neon` (a forced path this CPU cannot run is ignored and the
 /// best available one is used instead). Inline: the model's kernel tables ask on every call.
 #[inline]
 pub fn isa() -> Isa {
@@ -429,6 +436,8 @@ pub(crate) fn panel_kernels(isa: Isa, ty: GgmlType) -> Option<PanelKernels> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => avx512::panel_kernels(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx => avx512::tile_panel_kernels(ty).or_else(|| avx512::panel_kernels(ty)),
         _ => {
             let _ = ty;
             None
@@ -443,11 +452,11 @@ pub(crate) fn dot_kernels(isa: Isa, ty: GgmlType) -> Option<DotKernels> {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => avx2::dot_kernels(ty),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::dot_kernels(ty).or_else(|| avx2::dot_kernels(ty)),
+        Isa::Avx512 | Isa::Amx => avx512::dot_kernels(ty).or_else(|| avx2::dot_kernels(ty)),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::dot_kernels(ty),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 => None,
+        Isa::Avx2 | Isa::Avx512 | Isa::Amx => None,
         #[cfg(not(target_arch = "aarch64"))]
         Isa::Neon => None,
     };
@@ -462,11 +471,11 @@ pub(crate) fn quantizer(isa: Isa, vdt: GgmlType) -> Option<QuantizeFn> {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Some(avx2::quantizer(p)),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Some(avx512::quantizer(p)),
+        Isa::Avx512 | Isa::Amx => Some(avx512::quantizer(p)),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => neon::quantizer(p),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 => None,
+        Isa::Avx2 | Isa::Avx512 | Isa::Amx => None,
         #[cfg(not(target_arch = "aarch64"))]
         Isa::Neon => None,
     };

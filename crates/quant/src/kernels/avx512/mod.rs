@@ -32,8 +32,12 @@ use crate::GgmlType;
 
 mod kquants;
 mod panel;
+mod tile_panel;
+mod tiles;
 
 pub(crate) use panel::panel_kernels;
+pub(crate) use tile_panel::panel_kernels as tile_panel_kernels;
+pub(crate) use tiles::usable as tiles_usable;
 
 /// The kernel table of Q4_K or Q5_K: `dot::<K, N>` for 2, 4 and 8 tokens, and decode (one
 /// token) 8 weight rows at a time (`kquants::dot_x1`).

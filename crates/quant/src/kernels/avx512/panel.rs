@@ -59,11 +59,11 @@ use crate::GgmlType;
 const _: () = assert!(PANEL_ROWS == 16);
 
 /// Offsets inside a panel block.
-const VALUES: usize = 0;
-const SCALES: usize = 64 * 64;
-const PAIRS: usize = SCALES + 16 * 64;
-const D: usize = PAIRS + 8 * 64;
-const DMIN: usize = D + 64;
+pub(super) const VALUES: usize = 0;
+pub(super) const SCALES: usize = 64 * 64;
+pub(super) const PAIRS: usize = SCALES + 16 * 64;
+pub(super) const D: usize = PAIRS + 8 * 64;
+pub(super) const DMIN: usize = D + 64;
 
 /// Bytes of one panel block (16 rows × 256 values and their scales).
 pub(crate) const BLOCK_BYTES: usize = DMIN + 64;
