@@ -48,3 +48,29 @@ fn snug_kernels_scalar_reaches_every_table() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `SNUG_KERNELS=avx512` keeps the AVX-512 VNNI path on a CPU with AMX tiles (the tiles are off,
+/// for comparison); on a CPU without AVX-512 the best path it has runs instead, never AMX.
+#[test]
+fn snug_kernels_avx512_turns_the_tiles_off() {
+    let name = "snug_kernels_avx512_turns_the_tiles_off";
+    if std::env::var_os(CHILD).is_some() {
+        let want = if Isa::Avx512.available() { Isa::Avx512 } else { Isa::best() };
+        assert_eq!(isa(), want);
+        assert_ne!(isa(), Isa::Amx);
+        assert_eq!(model_tables(), [isa().avx2_family(); 3]);
+        return;
+    }
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("SNUG_KERNELS", "avx512")
+        .output()
+        .expect("run the test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child with SNUG_KERNELS=avx512 failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -13,8 +13,9 @@
 //! kernels. On AVX-512 the panels give every (row, token) the row kernels' exact bits
 //! (`avx512/panel.rs`), so a token's result does not depend on its kernel, its batch or its
 //! chunk: the panels are on by default (`SNUG_PANELS=0` turns them off, `SNUG_KERNELS=avx2`
-//! leaves the AVX-512 path). Their cost is the unpack, once per 16 rows and call, which
-//! smaller batches do not earn back ([`PANEL_MIN_TOKENS`]).
+//! leaves the AVX-512 path). On the AMX path the Q4_K and Q6_K panels run on tiles
+//! (`avx512/tile_panel.rs`), with the same bits. Their cost is the unpack, once per 16 rows
+//! and call, which smaller batches do not earn back ([`PANEL_MIN_TOKENS`]).
 
 use std::cell::RefCell;
 use std::ops::Range;
