@@ -418,11 +418,16 @@ fn scratch(c: &ModelConfig, r: &Request) -> ScratchSizes {
     ScratchSizes::new(c, &ContextParams { n_ubatch, ..p })
 }
 
-/// Activation arena of `model::Context` (its [`ScratchSizes`]) plus the session's arrays
-/// (`engine::Session::heap_bytes`) and, when JSON mode may run, its tables
+/// Activation arena of `model::Context` (its [`ScratchSizes`]) plus each sequence's arrays
+/// (`engine::Session::heap_bytes`) and, when drafting is on (the default `--draft ngram`), its
+/// n-gram index (`engine::draft::Ngram::heap_bytes`), and, when JSON mode may run, its tables
 /// (`engine::JsonVocab::heap_bytes`).
 pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
-    let sessions = r.n_seq.max(1).saturating_mul(engine::Session::heap_bytes(r.n_ctx, c.n_vocab));
+    let mut per_seq = engine::Session::heap_bytes(r.n_ctx, c.n_vocab);
+    if r.draft_tokens > 0 {
+        per_seq = per_seq.saturating_add(engine::draft::Ngram::heap_bytes(r.n_ctx));
+    }
+    let sessions = r.n_seq.max(1).saturating_mul(per_seq);
     let json = if r.json_mode { engine::JsonVocab::heap_bytes(c.n_vocab) } else { 0 };
     scratch(c, r).activation_bytes().saturating_add(sessions).saturating_add(json) as u64
 }
@@ -967,6 +972,21 @@ pub(crate) mod tests {
         assert_eq!(b.arena - a.arena, json);
         assert_eq!(b.total - a.total, json);
         assert!(json > 1 << 20, "{json}: a 152 k vocabulary's table and row exceed 1 MiB");
+    }
+
+    /// Drafting (the default `--draft ngram`) counts each sequence's n-gram index, from its
+    /// owner's formula, beside the extra output rows the guesses take.
+    #[test]
+    fn a_drafting_plan_counts_each_sequences_ngram_index() {
+        let (c, m) = qwen7b();
+        let run = choose(&c, &m, 6 << 30, &wants()).unwrap().request;
+        let four = Request { n_seq: 4, ..run };
+        let drafting = Request { draft_tokens: 8, ..four };
+        let rows =
+            scratch(&c, &drafting).activation_bytes() - scratch(&c, &four).activation_bytes();
+        let index = 4 * engine::draft::Ngram::heap_bytes(four.n_ctx) as u64;
+        assert_eq!(arena_bytes(&c, &drafting) - arena_bytes(&c, &four), index + rows as u64);
+        assert!(index > 4 * (four.n_ctx as u64) * 4 * 16, "{index}: four maps of an entry a token");
     }
 
     #[test]

@@ -181,13 +181,17 @@ pub async fn serve(
 
 /// Seconds a refused request's body is read for at most, before the refusal is sent.
 pub const DRAIN_WITHIN: Duration = Duration::from_secs(5);
+/// A refused request's body is read up to this many times `--max-body` (8 MiB at the default).
+pub const DRAIN_BODIES: usize = 8;
 
-/// Reads and discards `body` (at most `max` bytes, `--max-body`, within `within`) before a
-/// refusal is sent: most clients (Python's `urllib`, curl) send a whole body before they read
-/// the answer, so closing on an unread body gives them a broken pipe instead of the refusal.
-/// A longer body is not read on: the refusal is sent and the connection closed. Costs time and
-/// bandwidth, no memory, and is bounded like any body.
-pub async fn drain(body: Body, within: Duration, max: usize) {
+/// Reads and discards `body` (at most [`DRAIN_BODIES`] × `max_body`, within `within` and at
+/// most [`DRAIN_WITHIN`]) before a refusal is sent: most clients (Python's `urllib`, curl) send
+/// a whole body before they read the answer, so closing on an unread body gives them a broken
+/// pipe instead of the refusal (a 413 for a few MiB too many included). A longer body is not
+/// read on: the refusal is sent and the connection closed. Costs time and bandwidth, no
+/// memory, and is bounded like any body.
+pub async fn drain(body: Body, within: Duration, max_body: usize) {
+    let max = max_body.saturating_mul(DRAIN_BODIES);
     use futures_util::StreamExt;
     let mut data = body.into_data_stream();
     let read = async {

@@ -22,8 +22,9 @@
 //! Index: per `n`, a hash map from the hash of `n` tokens to the position just after their
 //! latest occurrence, updated as each token arrives ([`MAX_N`] inserts a token), so a lookup is
 //! [`MAX_N`] probes whatever the text's length, and a hit is checked against the tokens
-//! themselves. Memory: the tokens (4 bytes each) and [`MAX_N`] map entries per token (~16
-//! bytes each with the map's slack).
+//! themselves. Memory: the tokens (4 bytes each) and [`MAX_N`] map entries per token (17 bytes
+//! a bucket, up to twice the entries in buckets): [`Ngram::heap_bytes`], which the planner
+//! counts per drafting sequence.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -148,6 +149,26 @@ pub struct Ngram {
 impl Ngram {
     pub fn new() -> Ngram {
         Ngram::default()
+    }
+
+    /// Heap a drafter over a sequence of at most `n_tokens` tokens holds at most, for the
+    /// planner: the tokens (a vector grown by doubling), [`MAX_N`] index maps of at most
+    /// `n_tokens` entries each (hashbrown: a power of two of buckets, at most 7/8 full, each a
+    /// 16-byte entry and a control byte, plus one group of control bytes), and the
+    /// substitutions and departures at their caps.
+    pub fn heap_bytes(n_tokens: usize) -> usize {
+        let n = n_tokens.max(1);
+        let buckets = match n {
+            0..4 => 4,
+            4..8 => 8,
+            _ => (n.saturating_mul(8) / 7).next_power_of_two(),
+        };
+        let map = buckets.saturating_mul(std::mem::size_of::<(u64, u32)>() + 1) + 16;
+        let toks = n.next_power_of_two().max(4) * std::mem::size_of::<u32>();
+        let sub = std::mem::size_of::<Sub>() + (MAX_FROM + MAX_TO) * std::mem::size_of::<u32>();
+        let departures =
+            (MAX_DEPARTURES + 1).next_power_of_two() * std::mem::size_of::<Departure>();
+        MAX_N.saturating_mul(map).saturating_add(toks) + MAX_SUBS * sub + departures
     }
 
     /// The live substitution that applies at source position `at`, the latest learned first.
@@ -360,6 +381,38 @@ impl Drafter for Ngram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `d` holds on the heap, from the capacities its vectors and maps report (a
+    /// hashbrown map of capacity c has c + 1 buckets below 8, else c / 7 × 8).
+    fn held(d: &Ngram) -> usize {
+        let map = |m: &Index| {
+            let c = m.capacity();
+            let buckets = if c < 7 { c + 1 } else { c / 7 * 8 };
+            if c == 0 {
+                0
+            } else {
+                buckets * (std::mem::size_of::<(u64, u32)>() + 1) + 16
+            }
+        };
+        d.toks.capacity() * 4 + d.index.iter().map(map).sum::<usize>()
+    }
+
+    #[test]
+    fn the_heap_the_planner_counts_bounds_what_the_index_holds() {
+        for n in [1usize, 7, 100, 513, 4096] {
+            // Distinct tokens: every n-gram is new, so every map takes an entry per token.
+            let toks: Vec<u32> = (0..n as u32).collect();
+            let mut d = Ngram::new();
+            d.start(&toks[..n / 2]);
+            d.extend(&toks[n / 2..]);
+            let (h, bound) = (held(&d), Ngram::heap_bytes(n));
+            assert!(h <= bound, "{n} tokens: {h} held, {bound} counted");
+            assert!(
+                h * 2 >= bound.saturating_sub(64 << 10),
+                "{n} tokens: {h} held, {bound} counted"
+            );
+        }
+    }
 
     fn drafter(toks: &[u32]) -> Ngram {
         let mut d = Ngram::new();
