@@ -13,7 +13,9 @@ reports them (Chat Completions `prompt_tokens_details.cached_tokens`, Messages
 about 16k tokens) twice, the second time with one more turn, and prints each one's time to the
 first streamed byte of content and its cached tokens: the cold prefill and the warm turn.
 
-Usage: bench_agents.py BASE_URL MODEL {chat,messages,responses} [--key KEY] [--long]
+`--agent-system` runs the session under an agent-sized system prompt (about 1.7k tokens).
+
+Usage: bench_agents.py BASE_URL MODEL {chat,messages,responses} [--key KEY] [--long] [--agent-system]
 Works against llama-server too (same routes).
 """
 
@@ -24,7 +26,7 @@ import urllib.request
 
 CITIES = ["Paris", "Berlin", "Madrid", "Rome", "Vienna", "Lisbon", "Dublin", "Oslo", "Prague"]
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-SYSTEM = ("You are a coding agent. Use the tools to answer. Call one tool at a time and wait for "
+SYSTEM = ("You are a coding agent ({api}). Use the tools to answer. Call one tool at a time and wait for "
           "its result before the next call.")
 
 
@@ -97,7 +99,10 @@ def session(args):
     tools = tools_for(args.api)
     fractions = []
     for t in range(1, 11):
-        add, prompt, cached = turn(args.base, args.api, args.model, args.key, SYSTEM, history, tools, t < 10)
+        system = SYSTEM.format(api=args.api)  # each API its own prompts: no cache shared across runs
+        if args.agent_system:
+            system = long_system(args.api)
+        add, prompt, cached = turn(args.base, args.api, args.model, args.key, system, history, tools, t < 10)
         history += add
         if t > 1:
             fractions.append(cached / prompt)
@@ -139,9 +144,14 @@ def first_content(base, api, model, key, system, history, tools):
     return first if first is not None else time.monotonic() - t0, prompt, cached
 
 
+def long_system(api):
+    """An agent-sized system prompt (about 1.7k tokens)."""
+    return (SYSTEM.format(api=api) + " " + "Follow the project's conventions, keep changes small, and explain each step. " * 10) * 12
+
+
 def long_prompt(args):
     filler = "It reads and writes files of the project and reports what it did in detail. " * 6
-    system = (SYSTEM + " " + "Follow the project's conventions, keep changes small, and explain each step. " * 10) * 12
+    system = long_system(args.api)
     tools = tools_for(args.api, 30, filler)
     history = [{"role": "user", "content": "hello"}]
     cold = first_content(args.base, args.api, args.model, args.key, system, history, tools)
@@ -159,6 +169,7 @@ def main():
     ap.add_argument("api", choices=["chat", "messages", "responses"])
     ap.add_argument("--key", default="none")
     ap.add_argument("--long", action="store_true")
+    ap.add_argument("--agent-system", action="store_true", help="the session with a 1.7k-token system prompt")
     args = ap.parse_args()
     long_prompt(args) if args.long else session(args)
 
