@@ -1,10 +1,8 @@
 //! The AMX tile panels (`Isa::Amx`) against the row kernels, bit for bit. Its own harness
 //! (`harness = false`): a test needs AMX int8 tiles that the kernel lets this process use, and
 //! where they are missing it is listed as "not run", by name, and counted apart from the passed
-//! ones (`SNUG_REQUIRE_AMX=1` makes that a failure instead, for a machine known to have them).
-
-use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+//! ones (`SNUG_REQUIRE_AMX=1` makes that a failure instead, for a machine known to have them);
+//! the harness is `common::gated`.
 
 use quant::kernels::{matmul_panels_with, matmul_with, Isa, MatRef};
 use quant::threads::ThreadPool;
@@ -80,43 +78,13 @@ const TESTS: [(&str, fn()); 2] = [
 ];
 
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let chosen: Vec<_> =
-        TESTS.iter().filter(|(n, _)| filter.iter().all(|f| n.contains(f.as_str()))).collect();
-    let have = Isa::Amx.available();
-    let required = std::env::var_os("SNUG_REQUIRE_AMX").is_some();
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "\nrunning {} tests", chosen.len());
-    let (mut passed, mut failed, mut not_run) = (0, 0, 0);
-    for (name, test) in chosen {
-        if !have {
-            let why = "this CPU has no AMX int8 tiles, or the kernel refused them to this process";
-            if required {
-                let _ = writeln!(out, "test {name} ... FAILED ({why}; SNUG_REQUIRE_AMX is set)");
-                failed += 1;
-            } else {
-                let _ = writeln!(out, "test {name} ... NOT RUN ({why})");
-                not_run += 1;
-            }
-            continue;
-        }
-        match catch_unwind(AssertUnwindSafe(test)) {
-            Ok(()) => {
-                let _ = writeln!(out, "test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                let _ = writeln!(out, "test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    let verdict = if failed == 0 { "ok" } else { "FAILED" };
-    let _ = writeln!(
-        out,
-        "\ntest result: {verdict}. {passed} passed; {failed} failed; {not_run} not run (no AMX)\n"
+    gated::run(
+        gated::Need {
+            have: Isa::Amx.available(),
+            why: "this CPU has no AMX int8 tiles, or the kernel refused them to this process",
+            require_var: "SNUG_REQUIRE_AMX",
+            lacking: "no AMX",
+        },
+        &TESTS,
     );
-    if failed > 0 {
-        std::process::exit(101);
-    }
 }

@@ -1,8 +1,11 @@
 //! Weight rows and activations the kernel tests share: random blocks, edge-case blocks (fill
-//! patterns, extreme f16 scales) and edge-case activations, and bit equality of results.
+//! patterns, extreme f16 scales) and edge-case activations, and bit equality of results;
+//! [`gated`] is the harness for tests that need a CPU feature.
 
 // Each test file uses the helpers it needs.
 #![allow(dead_code)]
+
+pub mod gated;
 
 use quant::GgmlType;
 use rand::rngs::StdRng;
