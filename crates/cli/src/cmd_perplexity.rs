@@ -24,6 +24,11 @@ pub struct PerplexityCmd {
     /// snug) over its scored positions; --ctx is the file's.
     #[arg(long, value_name = "FILE")]
     pub kl_divergence_base: Option<PathBuf>,
+    /// Also save this run's log-probabilities to FILE in llama-perplexity's format, to compare
+    /// another snug run with this one (e.g. a quantized KV cache against f16) through
+    /// --kl-divergence-base.
+    #[arg(long, value_name = "FILE", conflicts_with = "kl_divergence_base")]
+    pub save_kl_base: Option<PathBuf>,
     /// Tokens per chunk; the second half of each chunk is scored [default: 512].
     #[arg(long)]
     pub ctx: Option<usize>,
@@ -69,6 +74,8 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
     cmd.kv.apply(&mut params)?;
     let kv_label = cmd.kv.label()?;
     let mut ctx = Context::new(Arc::clone(&model), params);
+    let rot = |b: Option<usize>| b.is_some();
+    let rotated = model::KvRotate { k: rot(ctx.kv.rot_k()), v: rot(ctx.kv.rot_v()) }.name();
     cmd.lora.apply(&mut ctx)?;
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let t = std::time::Instant::now();
@@ -85,6 +92,9 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let tokens = tok.encode(&text, true, false);
+        if let Some(path) = &cmd.save_kl_base {
+            engine::save_kl_base(&mut ctx, &tokens, bos, cmd.chunks, path)?;
+        }
         let r = engine::perplexity(&mut ctx, &tokens, bos, cmd.chunks)?;
         let line = format!(
             "perplexity {:.4} ± {:.5} over {} chunks of {} tokens ({} scored",
@@ -97,10 +107,11 @@ pub fn run(cmd: PerplexityCmd) -> anyhow::Result<()> {
         let mut v = json;
         v["model"] = cmd.model.clone().into();
         v["kv"] = kv_label.into();
+        v["kv_rotate"] = rotated.into();
         v["seconds"] = secs.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{} (KV {kv_label}): {line}, {secs:.1} s)", cmd.model);
+        println!("{} (KV {kv_label}, rotated {rotated}): {line}, {secs:.1} s)", cmd.model);
     }
     Ok(())
 }

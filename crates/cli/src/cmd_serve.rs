@@ -170,7 +170,8 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         draft_tokens: DraftKind::parse(&cmd.draft).guess_rows(),
         draft_bytes: 0,
     };
-    let (params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
+    let (mut params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
+    params.kv_rotate = cmd.run.kv.rotate()?;
     eprintln!("snug: {} sequences, {}", cmd.parallel, crate::advice::summary(&planned));
     if cmd.run.mem.verbose {
         eprintln!("{}", planned.choice.prediction.breakdown());

@@ -201,7 +201,10 @@ impl RunArgs {
                 self.threads.unwrap_or_else(default_threads),
             )?,
         };
-        let (params, planned) = runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
+        let (mut params, planned) =
+            runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;
+        // Rotation is done in place: it changes no size the plan counts.
+        params.kv_rotate = self.kv.rotate()?;
         eprintln!("snug: {}", crate::advice::summary(&planned));
         if self.mem.verbose {
             eprintln!("{}", planned.choice.prediction.breakdown());

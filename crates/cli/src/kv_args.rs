@@ -2,7 +2,7 @@
 //! sliding window with sink tokens. Parsed raw by clap, validated once into `ContextParams`.
 
 use clap::Args;
-use model::{ContextParams, KvType};
+use model::{ContextParams, KvRotate, KvType};
 pub use runtime::plan::kv_label;
 
 #[derive(Args, Clone, Debug, Default)]
@@ -23,6 +23,10 @@ pub struct KvArgs {
     /// With --window: first positions always kept (attention sinks, e.g. a system prompt).
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
+    /// Hadamard-rotate cached keys and values: on, off, k (keys only) or v (values only).
+    /// Default: whatever of K and V is quantized, where the model's architecture gains from it.
+    #[arg(long = "kv-rotate", value_name = "on|off|k|v")]
+    pub kv_rotate: Option<String>,
 }
 
 impl KvArgs {
@@ -35,6 +39,14 @@ impl KvArgs {
         };
         let both = parse("kv", &self.kv)?.unwrap_or_default();
         Ok((parse("kv-k", &self.kv_k)?.unwrap_or(both), parse("kv-v", &self.kv_v)?.unwrap_or(both)))
+    }
+
+    /// The `--kv-rotate` choice (`None`: the architecture's default).
+    pub fn rotate(&self) -> anyhow::Result<Option<KvRotate>> {
+        self.kv_rotate
+            .as_deref()
+            .map(|v| v.parse::<KvRotate>().map_err(|e| anyhow::anyhow!("--kv-rotate: {e}")))
+            .transpose()
     }
 
     /// Short label such as `q8/q4` (keys/values).
@@ -51,6 +63,7 @@ impl KvArgs {
         }
         p.kv_k = k;
         p.kv_v = v;
+        p.kv_rotate = self.rotate()?;
         p.kv_window = self.window;
         p.kv_sinks = self.sinks;
         Ok(())
@@ -74,5 +87,18 @@ mod tests {
         let a = KvArgs { kv_k: Some("q3".into()), ..Default::default() };
         let e = a.types().unwrap_err().to_string();
         assert!(e.contains("--kv-k") && e.contains("f16, q8 and q4"), "{e}");
+        let a = KvArgs { kv_rotate: Some("maybe".into()), ..Default::default() };
+        let e = a.rotate().unwrap_err().to_string();
+        assert!(e.contains("--kv-rotate") && e.contains("on, off"), "{e}");
+    }
+
+    #[test]
+    fn kv_rotate_is_the_architecture_default_unless_given() {
+        let mut p = ContextParams::default();
+        KvArgs::default().apply(&mut p).unwrap();
+        assert_eq!(p.kv_rotate, None);
+        let a = KvArgs { kv_rotate: Some("off".into()), ..Default::default() };
+        a.apply(&mut p).unwrap();
+        assert_eq!(p.kv_rotate, Some(KvRotate::OFF));
     }
 }

@@ -148,7 +148,7 @@ pub fn attention(
                                 group * hdv,
                             )
                         };
-                        rows.finish(tt - a, o, kv.rotate_v());
+                        rows.finish(tt - a, o, kv.rot_v());
                     }
                 } else {
                     // SAFETY: task `task` owns partial slot `task` (`tasks × part_w` floats fit,
@@ -167,12 +167,7 @@ pub fn attention(
         for item in 0..items {
             let (t, kvh) = (item / nkv, item % nkv);
             let o = &mut out[t * out_w + kvh * group * hdv..][..group * hdv];
-            merge(
-                &parts[item * splits * part_w..(item + 1) * splits * part_w],
-                hdv,
-                o,
-                kv.rotate_v(),
-            );
+            merge(&parts[item * splits * part_w..(item + 1) * splits * part_w], hdv, o, kv.rot_v());
         }
     }
 }
@@ -259,8 +254,9 @@ impl<'s> Rows<'s> {
         Rows { ktile, vtile, chan, s, m, l, o, group: c.n_head / c.n_head_kv, hdv }
     }
 
-    /// Token `tt`'s rows, normalised, into `out` (`[group][hdv]`), rotated back if `rot_v`.
-    fn finish(&self, tt: usize, out: &mut [f32], rot_v: bool) {
+    /// Token `tt`'s rows, normalised, into `out` (`[group][hdv]`), rotated back in blocks of
+    /// `rot_v` when values are stored rotated.
+    fn finish(&self, tt: usize, out: &mut [f32], rot_v: Option<usize>) {
         let hdv = self.hdv;
         for g in 0..self.group {
             let r = tt * self.group + g;
@@ -269,8 +265,8 @@ impl<'s> Rows<'s> {
             for (d, &v) in dst.iter_mut().zip(&self.o[r * hdv..(r + 1) * hdv]) {
                 *d = v * inv;
             }
-            if rot_v {
-                crate::kv::format::hadamard(dst);
+            if let Some(block) = rot_v {
+                crate::kv::rotate::rotate(dst, block);
             }
         }
     }
@@ -287,7 +283,7 @@ impl<'s> Rows<'s> {
 }
 
 /// Merges `[splits][group][m, l, o]` partials of one item into `out` (`[group][hdv]`).
-fn merge(parts: &[f32], hdv: usize, out: &mut [f32], rot_v: bool) {
+fn merge(parts: &[f32], hdv: usize, out: &mut [f32], rot_v: Option<usize>) {
     let w = hdv + 2;
     let group = out.len() / hdv;
     let splits = parts.len() / (group * w);
@@ -310,8 +306,8 @@ fn merge(parts: &[f32], hdv: usize, out: &mut [f32], rot_v: bool) {
                 *d = a.mul_add(v, *d);
             }
         }
-        if rot_v {
-            crate::kv::format::hadamard(dst);
+        if let Some(block) = rot_v {
+            crate::kv::rotate::rotate(dst, block);
         }
     }
 }
@@ -496,8 +492,8 @@ mod tests {
             }
             let dst = &mut out[h * hd..(h + 1) * hd];
             dst.iter_mut().zip(&o).for_each(|(d, s)| *d = *s as f32);
-            if kv.rotate_v() {
-                crate::kv::format::hadamard(dst);
+            if let Some(block) = kv.rot_v() {
+                crate::kv::rotate::rotate(dst, block);
             }
         }
         out

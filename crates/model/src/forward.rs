@@ -465,6 +465,11 @@ fn attention_block(
             q.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
             k.chunks_mut(hd).for_each(|h| s.rope.apply(h, c.spec.rope_style));
         }
+        if let Some(block) = kv.rot_k() {
+            // Stored keys are rotated: scores need the query rotated alike.
+            crate::kv::rotate::rotate(q, block);
+            crate::kv::rotate::rotate(k, block);
+        }
         kv.write(batch.seq[b0 + t], il, batch.pos[b0 + t], k, v)?;
     }
     attention(gm.pool, c, kv, il, batch, b0, n, &s.q, &mut s.att[..n * qd], &mut s.attn_tmp);

@@ -26,7 +26,7 @@ pub use forward::Context;
 use gguf::GgufFile;
 pub use kv::{kv_bytes_per_token, SeqId};
 pub use lora::{AdapterSet, Lora, LoraError};
-pub use params::{ContextParams, KvType};
+pub use params::{ContextParams, KvRotate, KvType};
 pub use weights::Weights;
 
 /// A loaded model: the mapped file, its typed configuration and weight views into the mapping.

@@ -23,6 +23,9 @@ pub struct ContextParams {
     /// a window of their own; positions may then run past `n_ctx` (context shift).
     pub kv_window: Option<usize>,
     pub kv_sinks: usize,
+    /// Which of keys and values are stored Hadamard-rotated (`kv::rotate`); `None`: the
+    /// architecture's default for the precisions chosen ([`KvRotate::default_for`]).
+    pub kv_rotate: Option<KvRotate>,
 }
 
 impl Default for ContextParams {
@@ -37,6 +40,7 @@ impl Default for ContextParams {
             kv_v: KvType::F16,
             kv_window: None,
             kv_sinks: 4,
+            kv_rotate: None,
         }
     }
 }
@@ -85,6 +89,50 @@ impl FromStr for KvType {
             "q8" | "q8_0" => Ok(KvType::Q8),
             "q4" | "q4_0" => Ok(KvType::Q4),
             _ => Err(ParseKvTypeError(s.to_string())),
+        }
+    }
+}
+
+/// Which of keys and values a cache stores rotated (`--kv-rotate on|off|k|v`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KvRotate {
+    pub k: bool,
+    pub v: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown KV rotation {0:?}: valid values are on, off, k (keys only) and v (values only)")]
+pub struct ParseKvRotateError(pub String);
+
+impl KvRotate {
+    pub const ON: KvRotate = KvRotate { k: true, v: true };
+    pub const OFF: KvRotate = KvRotate { k: false, v: false };
+
+    /// The default: each of keys and values rotated when it is quantized, as far as the
+    /// architecture's `arch_default` (its `ArchSpec::kv_rotate`, chosen from measurement) allows.
+    pub fn default_for(arch_default: KvRotate, k: KvType, v: KvType) -> KvRotate {
+        KvRotate { k: arch_default.k && k.is_quantized(), v: arch_default.v && v.is_quantized() }
+    }
+
+    pub fn name(self) -> &'static str {
+        match (self.k, self.v) {
+            (true, true) => "on",
+            (false, false) => "off",
+            (true, false) => "k",
+            (false, true) => "v",
+        }
+    }
+}
+
+impl FromStr for KvRotate {
+    type Err = ParseKvRotateError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "on" => Ok(KvRotate::ON),
+            "off" => Ok(KvRotate::OFF),
+            "k" => Ok(KvRotate { k: true, v: false }),
+            "v" => Ok(KvRotate { k: false, v: true }),
+            _ => Err(ParseKvRotateError(s.to_string())),
         }
     }
 }

@@ -122,6 +122,9 @@ pub struct ArchSpec {
     pub no_rope_every: Option<usize>,
     /// The FFN is a mixture of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`).
     pub moe: Option<MoeSpec>,
+    /// Which of quantized keys and values are Hadamard-rotated by default (`kv::rotate`);
+    /// chosen per architecture from perplexity measurements (BENCHMARKS.md).
+    pub kv_rotate: crate::params::KvRotate,
 }
 
 impl ArchSpec {
@@ -195,6 +198,7 @@ const BASE: ArchSpec = ArchSpec {
     attn_scale_rule: AttnScale::InvSqrtHeadDim,
     no_rope_every: None,
     moe: None,
+    kv_rotate: crate::params::KvRotate::ON,
 };
 
 #[cfg(test)]

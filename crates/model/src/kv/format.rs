@@ -165,28 +165,6 @@ pub fn key_block_row(
     dequant(codes, &chan[..d], &chan[d..2 * d], row);
 }
 
-/// Rotates `x` (length a power of two) by the normalised Walsh–Hadamard matrix H, which is
-/// orthonormal and its own inverse: (Hq)·(Hk) = q·k, and H(Hx) = x. It spreads outlier channels
-/// over the whole head before per-token quantization (q8 keys, quantized values); it does not
-/// rescue per-token q4 keys on Qwen, whose outliers per-channel q4 keys handle instead.
-pub fn hadamard(x: &mut [f32]) {
-    let n = x.len();
-    debug_assert!(n.is_power_of_two());
-    let mut h = 1;
-    while h < n {
-        for i in (0..n).step_by(2 * h) {
-            for j in i..i + h {
-                let (a, b) = (x[j], x[j + h]);
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-        }
-        h *= 2;
-    }
-    let s = 1.0 / (n as f32).sqrt();
-    x.iter_mut().for_each(|v| *v *= s);
-}
-
 /// `(codes, scales, mins, dst)`: one token's row of a per-channel key block → f32.
 pub type DequantKeyRow = fn(&[u8], &[f32], &[f32], &mut [f32]);
 
@@ -555,22 +533,6 @@ mod tests {
         for ty in [KvType::Q8, KvType::Q4] {
             let got = key_block_roundtrip(ty, &x, d);
             assert!(x.iter().zip(&got).all(|(a, b)| a.to_f32() == *b), "{ty}");
-        }
-    }
-
-    #[test]
-    fn hadamard_is_orthonormal_and_its_own_inverse() {
-        let mut r = rng(3);
-        for n in [1, 2, 64, 128, 256] {
-            let q: Vec<f32> = (0..n).map(|_| r()).collect();
-            let k: Vec<f32> = (0..n).map(|_| r()).collect();
-            let (mut hq, mut hk) = (q.clone(), k.clone());
-            hadamard(&mut hq);
-            hadamard(&mut hk);
-            let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
-            assert!((dot(&q, &k) - dot(&hq, &hk)).abs() < 1e-4);
-            hadamard(&mut hq);
-            assert!(q.iter().zip(&hq).all(|(a, b)| (a - b).abs() < 1e-5));
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! Cost: one table entry (4 bytes) per 32 positions per layer; blocks are committed only when a
 //! token is written to them. Keys and values are stored separately in f16, q8 or q4
-//! ([`KvType`]). Quantized values are rotated per head by a Hadamard matrix first (the attention
-//! output is rotated back). Quantized keys are stored per channel over each 32-token block
+//! ([`KvType`]). Quantized keys and values are Hadamard-rotated per head first ([`rotate`]; q is
+//! rotated with k, the attention output back), unless `--kv-rotate` or the architecture says
+//! otherwise; the prefix cache keys on the rotation. Quantized keys are stored per channel over each 32-token block
 //! (KIVI, see [`format`]): the block a sequence is filling keeps its keys in f16 (32 tokens ×
 //! one layer's KV heads, per layer per sequence) and is quantized when its last token arrives. A sliding window (the model's own, per layer, or `--window` + `--sinks`)
 //! frees blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] or
@@ -13,6 +14,7 @@
 pub mod format;
 pub mod pool;
 pub mod prefix;
+pub mod rotate;
 mod view;
 
 use half::f16;
@@ -20,7 +22,7 @@ use half::slice::HalfFloatSliceExt;
 
 use crate::config::ModelConfig;
 use crate::params::ContextParams;
-pub use crate::params::{KvType, ParseKvTypeError};
+pub use crate::params::{KvRotate, KvType, ParseKvTypeError};
 use crate::ModelError;
 pub use format::kernels;
 use pool::{BlockId, BlockPool, NO_BLOCK};
@@ -171,8 +173,10 @@ pub struct KvCache {
     windows: Vec<LayerWindow>,
     /// A user window lets positions run past `n_ctx` (context shift).
     unbounded: bool,
-    /// Values are stored Hadamard-rotated per head.
-    rotate_v: bool,
+    /// Keys (and so queries) / values are stored Hadamard-rotated per head in blocks of this
+    /// many channels ([`rotate::block_for`]); `None`: stored as computed.
+    rot_k: Option<usize>,
+    rot_v: Option<usize>,
     /// Block layout: keys (`[BLOCK_TOKENS][n_head_kv][k_head]` per token, or
     /// `[n_head_kv][k_head]` per-channel blocks), then `[BLOCK_TOKENS][n_head_kv][v_head]` values.
     pool: BlockPool,
@@ -187,6 +191,9 @@ impl KvCache {
     pub fn new(cfg: &ModelConfig, p: &ContextParams) -> KvCache {
         let (k_type, v_type) = (p.kv_k, p.kv_v);
         let (hd, hdv, nh) = (cfg.head_dim, cfg.head_dim_v, cfg.n_head_kv);
+        let rot = p
+            .kv_rotate
+            .unwrap_or_else(|| KvRotate::default_for(cfg.spec.kv_rotate, k_type, v_type));
         let user = p.kv_window.filter(|&w| w > 0);
         let windows: Vec<LayerWindow> = cfg
             .layers
@@ -232,7 +239,8 @@ impl KvCache {
             v_row,
             windows,
             unbounded: user.is_some(),
-            rotate_v: v_type.is_quantized() && hdv.is_power_of_two(),
+            rot_k: rot.k.then(|| rotate::block_for(hd)).flatten(),
+            rot_v: rot.v.then(|| rotate::block_for(hdv)).flatten(),
             pool,
             prefix,
             seqs: (0..p.n_seq_max).map(|_| None).collect(),
@@ -290,8 +298,29 @@ impl KvCache {
         self.unbounded
     }
 
-    pub fn rotate_v(&self) -> bool {
-        self.rotate_v
+    /// The rotation block of keys, and so of queries, when keys are stored rotated: the
+    /// forward pass rotates q and k with [`rotate::rotate`] before [`KvCache::write`].
+    pub fn rot_k(&self) -> Option<usize> {
+        self.rot_k
+    }
+
+    /// The rotation block of values when they are stored rotated: attention rotates its output
+    /// back.
+    pub fn rot_v(&self) -> Option<usize> {
+        self.rot_v
+    }
+
+    /// The prefix-cache chain seed of a sequence under adapter salt `salt`: the salt itself
+    /// for an unrotated cache, mixed with the rotation blocks otherwise, so that rotated blocks
+    /// are never found under an unrotated key (or one rotated another way).
+    pub fn prefix_salt(&self, salt: u64) -> u64 {
+        match (self.rot_k, self.rot_v) {
+            (None, None) => salt,
+            (k, v) => {
+                let tag = |b: Option<usize>| b.map_or(0, |b| b as u32);
+                prefix::chain_key(salt, &[0x4b56_524f, tag(k), tag(v)])
+            }
+        }
     }
 
     /// Checks that `pos` can be stored for `seq` (called before a batch runs, so a bad batch
@@ -352,7 +381,7 @@ impl KvCache {
             let dst = &mut vrow[h * v_head..(h + 1) * v_head];
             encode_head_rotated(
                 self.v_type,
-                self.rotate_v,
+                self.rot_v,
                 &v[h * hdv..(h + 1) * hdv],
                 dst,
                 &mut self.tmp,
@@ -532,6 +561,7 @@ impl KvCache {
             0
         };
         let mut s = SeqKv::new(self.n_layer, staged_layer);
+        let salt = self.prefix_salt(salt);
         let (found, chain) = self.prefix.lookup(salt, tokens, max_blocks);
         if found.is_empty() {
             return 0;
@@ -555,6 +585,7 @@ impl KvCache {
     /// adapter set's, as for [`KvCache::prefix_adopt`]); `tokens` are the tokens at its
     /// positions (at least its length of them).
     pub fn prefix_register(&mut self, seq: SeqId, tokens: &[u32], salt: u64) {
+        let salt = self.prefix_salt(salt);
         let Some(Some(s)) = self.seqs.get_mut(seq) else {
             return;
         };
@@ -640,12 +671,12 @@ impl KvCache {
     }
 }
 
-/// Encodes one head, Hadamard-rotated first when `rotate` (`tmp`: scratch of ≥ `x.len()`).
-fn encode_head_rotated(ty: KvType, rotate: bool, x: &[f32], dst: &mut [u8], tmp: &mut [f32]) {
-    if rotate {
+/// Encodes one head, Hadamard-rotated first in blocks of `rot` (`tmp`: scratch of ≥ `x.len()`).
+fn encode_head_rotated(ty: KvType, rot: Option<usize>, x: &[f32], dst: &mut [u8], tmp: &mut [f32]) {
+    if let Some(block) = rot {
         let t = &mut tmp[..x.len()];
         t.copy_from_slice(x);
-        format::hadamard(t);
+        rotate::rotate(t, block);
         format::encode_head(ty, t, dst);
     } else {
         format::encode_head(ty, x, dst);
