@@ -43,10 +43,10 @@ KNOWN = {
         {"kv", "kv::prefix"},
     ],
     "quant": [
-        {"kernels", "kernels::avx2", "kernels::avx512", "kernels::avx512::kquants", "kernels::avx512::panel", "kernels::neon", "kernels::scalar"},
+        {"kernels", "kernels::avx2", "kernels::avx512", "kernels::avx512::kquants", "kernels::avx512::panel", "kernels::avx512::tile_panel", "kernels::neon", "kernels::scalar"},
     ],
     "server": [
-        {"adapters", "api", "api::limits", "embeddings", "fim", "lib", "ollama", "openai", "replica", "requests", "routes", "ui"},
+        {"adapters", "agents", "agents::messages", "agents::responses", "api", "api::limits", "embeddings", "fim", "lib", "ollama", "openai", "replica", "requests", "routes", "ui"},
         {"metrics", "metrics::vllm"},
     ],
     "tokenizer": [
