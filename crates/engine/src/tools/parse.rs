@@ -4,8 +4,10 @@
 //!
 //! Each piece of text is read once: a marker (`<think>`, `</think>`, `<tool_call>`…) split
 //! across pieces is found because the parser holds back only the end of the text that could
-//! still begin one; a call's JSON is walked a byte at a time ([`CallScan`]), which streams its
-//! arguments as they arrive once its name is known. A call whose text does not parse (or names
+//! still begin one, and whitespace it holds (a marker may follow it) is counted as held, so a
+//! later piece's scan starts after it: the work is linear in the output, however it is split
+//! (`held_whitespace_is_scanned_once` counts it); a call's JSON is walked a byte at a time
+//! ([`CallScan`]), which streams its arguments as they arrive once its name is known. A call whose text does not parse (or names
 //! a tool not offered) is given back as content ([`Piece::CallBroken`]), never an error. The
 //! non-streamed answer is the same pieces gathered ([`ParsedOutput::gather`]), so both agree.
 
@@ -72,6 +74,9 @@ pub struct OutputParser {
     reasoning: Reasoning,
     /// Text read but not yet given out (it may begin a marker).
     hold: String,
+    /// How many of `hold`'s first bytes are known to be whitespace: the scans start after them
+    /// (a marker never begins with whitespace), so held whitespace is looked at once.
+    ws: usize,
     /// Reasoning whitespace held back (it is trimmed before `</think>`).
     think_ws: String,
     reasoning_started: bool,
@@ -85,6 +90,8 @@ pub struct OutputParser {
     n_started: usize,
     /// The open call is a bare object at the start (it ends with the object, not a tag).
     bare: bool,
+    /// Bytes of held text the scans have looked at (the witness of their linear bound).
+    scanned: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +118,7 @@ impl OutputParser {
             state,
             reasoning,
             hold: String::new(),
+            ws: 0,
             think_ws: String::new(),
             reasoning_started: false,
             content_started: false,
@@ -119,6 +127,7 @@ impl OutputParser {
             list_raw: String::new(),
             n_started: 0,
             bare: false,
+            scanned: 0,
         }
     }
 
@@ -158,10 +167,12 @@ impl OutputParser {
             let before = (self.hold.len(), self.state);
             match self.state {
                 State::Start => {
-                    let t = self.hold.trim_start();
+                    self.scanned += self.hold.len() - self.ws;
+                    let t = self.hold[self.ws..].trim_start();
+                    self.ws = self.hold.len() - t.len();
                     if self.reasoning == Reasoning::Tagged && t.starts_with(THINK_OPEN) {
                         let skip = self.hold.len() - t.len() + THINK_OPEN.len();
-                        self.hold.drain(..skip);
+                        self.drain(skip);
                         self.state = State::Think;
                     } else if self.reasoning == Reasoning::Tagged
                         && THINK_OPEN.starts_with(t)
@@ -172,15 +183,15 @@ impl OutputParser {
                         self.state = State::Content { fresh: false };
                     }
                 }
-                State::Think => match self.hold.find(THINK_CLOSE) {
+                State::Think => match self.scan_find(THINK_CLOSE) {
                     Some(at) => {
-                        let text: String = self.hold.drain(..at + THINK_CLOSE.len()).collect();
+                        let text = self.drain(at + THINK_CLOSE.len());
                         self.reasoning_out(&text[..at], true, out);
                         self.state = State::Content { fresh: true };
                     }
                     None => {
                         let keep = if end { 0 } else { partial_suffix(&self.hold, THINK_CLOSE) };
-                        let text: String = self.hold.drain(..self.hold.len() - keep).collect();
+                        let text = self.drain(self.hold.len() - keep);
                         self.reasoning_out(&text, end, out);
                         if end {
                             return;
@@ -192,7 +203,9 @@ impl OutputParser {
                     if fresh || !self.content_started {
                         // Whitespace after `</think>` or between calls is dropped; at the very
                         // start it is kept unless a call follows.
-                        let trimmed = t.trim_start();
+                        self.scanned += t.len() - self.ws;
+                        let trimmed = t[self.ws..].trim_start();
+                        self.ws = t.len() - trimmed.len();
                         if trimmed.is_empty() && !end {
                             return;
                         }
@@ -200,34 +213,46 @@ impl OutputParser {
                             && !self.content_started
                             && trimmed.starts_with('{')
                         {
-                            self.hold.drain(..t.len() - trimmed.len());
+                            let n = t.len() - trimmed.len();
+                            self.drain(n);
                             self.begin_call(String::new());
                             continue;
                         }
                         if fresh {
                             let n = t.len() - trimmed.len();
-                            self.hold.drain(..n);
+                            self.drain(n);
                             t = self.hold.as_str();
                         }
                     }
                     let marker = self.marker();
-                    match marker.and_then(|m| t.find(m).map(|at| (m, at))) {
+                    // Held whitespace was looked at already: the scans start after it.
+                    let known = self.ws.min(t.len());
+                    self.scanned += t.len() - known;
+                    match marker.and_then(|m| t[known..].find(m).map(|at| (m, known + at))) {
                         Some((m, at)) => {
-                            let text: String = self.hold.drain(..at + m.len()).collect();
+                            let text = self.drain(at + m.len());
                             self.content_out(text[..at].trim_end(), out);
                             self.begin_call(m.to_string());
                         }
                         None => {
                             // A marker begun, or whitespace a marker may follow (trimmed then).
-                            let keep = match marker {
+                            let (keep, run) = match marker {
                                 Some(m) if !end => {
                                     let p = partial_suffix(t, m);
                                     let head = &t[..t.len() - p];
-                                    p + head.len() - head.trim_end().len()
+                                    let known = known.min(head.len());
+                                    let body = head[known..].trim_end();
+                                    let run = match body.is_empty() {
+                                        true => head.len(),
+                                        false => head.len() - known - body.len(),
+                                    };
+                                    (p + run, run)
                                 }
-                                _ => 0,
+                                _ => (0, 0),
                             };
-                            let text: String = self.hold.drain(..self.hold.len() - keep).collect();
+                            let text = self.drain(self.hold.len() - keep);
+                            // What stays begins with the whitespace run (a marker does not).
+                            self.ws = run;
                             if !text.is_empty() {
                                 self.state = State::Content { fresh: false };
                             }
@@ -301,13 +326,15 @@ impl OutputParser {
     fn call_step(&mut self, end: bool, out: &mut Vec<Piece>) {
         if let Some(ls) = self.list {
             if self.scan.is_none() {
-                let t = self.hold.trim_start();
+                self.scanned += self.hold.len() - self.ws;
+                let t = self.hold[self.ws..].trim_start();
                 let skipped = self.hold.len() - t.len();
+                self.ws = skipped;
                 let Some(c) = t.chars().next() else { return };
                 let next = match (ls, c) {
                     (ListState::Open, '[') => Some(ListState::Item),
                     (ListState::Item, '{') => {
-                        self.hold.drain(..skipped);
+                        self.drain(skipped);
                         let raw = std::mem::take(&mut self.list_raw);
                         self.scan = Some(CallScan::new(raw, self.format));
                         return;
@@ -325,7 +352,7 @@ impl OutputParser {
                         return;
                     }
                 };
-                let raw: String = self.hold.drain(..skipped + 1).collect();
+                let raw = self.drain(skipped + 1);
                 self.list_raw.push_str(&raw);
                 match next {
                     Some(s) => self.list = Some(s),
@@ -338,14 +365,14 @@ impl OutputParser {
                 return;
             }
         }
-        let Some(scan) = self.scan.as_mut() else {
+        if self.scan.is_none() {
             self.state = State::Content { fresh: true };
             return;
-        };
+        }
         // Hermes ends a call at its closing tag; JSON formats when the object closes.
         let close = (self.format == Some(Format::Hermes) && !self.bare).then_some("</tool_call>");
         let (take, closed_tag) = match close {
-            Some(c) => match self.hold.find(c) {
+            Some(c) => match self.scan_find(c) {
                 Some(at) => (at, Some(c)),
                 None if end => (self.hold.len(), None),
                 None => (self.hold.len() - partial_suffix(&self.hold, c), None),
@@ -353,14 +380,16 @@ impl OutputParser {
             None => (self.hold.len(), None),
         };
         let stop_at_done = close.is_none();
+        self.scanned += take;
+        let scan = self.scan.as_mut().expect("a call is open");
         let used =
             scan.feed(&self.hold[..take], stop_at_done, &self.names, &mut self.n_started, out);
         let object_done = scan.done();
-        self.hold.drain(..used);
+        self.drain(used);
         if let Some(c) = closed_tag.filter(|_| used == take) {
             // The tag closes the call (whatever the object's state).
-            self.hold.drain(..c.len());
-            scan.raw.push_str(c);
+            self.drain(c.len());
+            self.scan.as_mut().expect("a call is open").raw.push_str(c);
             let scan = self.scan.take().expect("a call is open");
             scan.end(&self.names, out);
             self.state = State::Content { fresh: true };
@@ -374,6 +403,20 @@ impl OutputParser {
                 None => self.state = State::Content { fresh: true },
             }
         }
+    }
+}
+
+impl OutputParser {
+    /// Takes the first `n` bytes of the held text.
+    fn drain(&mut self, n: usize) -> String {
+        self.ws = self.ws.saturating_sub(n);
+        self.hold.drain(..n).collect()
+    }
+
+    /// Where `marker` is in the held text (which holds at most a marker's length from before).
+    fn scan_find(&mut self, marker: &str) -> Option<usize> {
+        self.scanned += self.hold.len();
+        self.hold.find(marker)
     }
 }
 
@@ -835,6 +878,39 @@ mod tests {
                 Piece::CallEnd { index: 0 },
             ]
         );
+    }
+
+    /// Whitespace fed a byte at a time where it is held (a `logit_bias` can force it): the
+    /// parser looks at each held byte a bounded number of times, and still gives it out.
+    #[test]
+    fn held_whitespace_is_scanned_once() {
+        const N: usize = 20_000;
+        let cases: [(Option<Format>, Reasoning, &str); 6] = [
+            (Some(Format::Hermes), Reasoning::Off, "Hi"),
+            (Some(Format::Hermes), Reasoning::Open, "Hmm"),
+            (Some(Format::Hermes), Reasoning::Off, ""),
+            (Some(Format::Hermes), Reasoning::Tagged, ""),
+            (
+                Some(Format::Hermes),
+                Reasoning::Off,
+                "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
+            ),
+            (Some(Format::Mistral), Reasoning::Off, "[TOOL_CALLS]["),
+        ];
+        for (format, reasoning, lead) in cases {
+            let mut p = OutputParser::new(format, names(), reasoning);
+            let mut pieces = Vec::new();
+            p.push(lead, &mut pieces);
+            for _ in 0..N {
+                p.push(" ", &mut pieces);
+            }
+            p.push("x", &mut pieces);
+            p.finish(&mut pieces);
+            assert!(p.scanned <= 4 * (N + lead.len() + 1), "{lead:?}: {} bytes scanned", p.scanned);
+            let got = ParsedOutput::gather(&pieces);
+            let text = format!("{lead}{}x", " ".repeat(N));
+            assert_eq!(got, ParsedOutput::parse(&text, format, &names(), reasoning), "{lead:?}");
+        }
     }
 
     #[test]

@@ -12,8 +12,14 @@
 //! ready in memory now: the store's hot tier, which holds every adapter a running request
 //! uses) and `waiting_lora_adapters` (those of requests waiting for a slot), comma-separated,
 //! and whose value is the Unix time it was last set (here: the scrape, which reads the current
-//! state); the picker takes the series with the newest value. Cost per scrape: the store's
-//! list (a lock per adapter), one division, a few short strings.
+//! state); the picker takes the series with the newest value. The waiting label only ever names
+//! adapters of the hot tier read for the running label ([`waiting_label`]): a waiting job holds
+//! leases, so its adapters are hot anyway, and a name the store no longer serves (a snapshot a
+//! step late, an adapter removed since) never reaches a scrape; every name shown is one any key
+//! holder can list at `/v1/adapters`. Which served adapters have queued work is what the picker's
+//! affinity needs, so that much is shown; no other request detail (bodies, counts per client) is.
+//! Cost per scrape: the store's list (a lock per adapter), one division, a binary search per
+//! waiting adapter, a few short strings.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -111,10 +117,37 @@ impl Protocol {
         let labels = LoraLabels {
             max_lora: self.max_lora.to_string(),
             running_lora_adapters: hot.join(","),
-            waiting_lora_adapters: self.engine.waiting_adapters().join(","),
+            waiting_lora_adapters: waiting_label(&self.engine.waiting_adapters(), &hot),
         };
         self.lora.clear();
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         self.lora.get_or_create(&labels).set(now.map_or(0.0, |d| d.as_secs_f64()));
+    }
+}
+
+/// The waiting jobs' adapters (sorted) that are among `hot` (sorted), comma-separated.
+fn waiting_label(waiting: &[String], hot: &[String]) -> String {
+    let shown: Vec<&str> =
+        (waiting.iter()).filter(|w| hot.binary_search(w).is_ok()).map(String::as_str).collect();
+    shown.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waiting_label;
+
+    fn v(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_waiting_label_names_only_hot_adapters() {
+        let hot = v(&["fr", "legal", "sql"]);
+        assert_eq!(waiting_label(&v(&["fr", "sql"]), &hot), "fr,sql");
+        // A name the store no longer holds hot (removed, or a stale snapshot) is not shown.
+        assert_eq!(waiting_label(&v(&["gone", "legal", "zz-secret"]), &hot), "legal");
+        assert_eq!(waiting_label(&v(&["gone"]), &hot), "");
+        assert_eq!(waiting_label(&[], &hot), "");
+        assert_eq!(waiting_label(&v(&["fr"]), &[]), "");
     }
 }
