@@ -408,7 +408,12 @@ mod tests {
         let post = |h: &[(&'static str, &str)]| a.check(&Method::POST, "/v1/messages", &head(h));
         assert_eq!(post(&[("x-api-key", "user-key"), JSON]), Ok(()));
         assert_eq!(post(&[("x-api-key", "user-kez"), JSON]), Err(Denied::Key));
-        assert!(matches!(post(&[("x-api-key", "user-key")]), Err(Denied::ContentType(_))));
+        // The JSON-body rule is the route table's (`routes::access_verdict`), on top of the key.
+        let verdict = |h: &[(&'static str, &str)]| {
+            crate::routes::access_verdict(&a, &Method::POST, "/v1/messages", &head(h))
+        };
+        assert!(matches!(verdict(&[("x-api-key", "user-key")]), Err(Denied::ContentType(_))));
+        assert_eq!(verdict(&[("x-api-key", "user-key"), JSON]), Ok(()));
     }
 
     #[test]
