@@ -24,7 +24,7 @@ pub struct KvArgs {
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
     /// Hadamard-rotate cached keys and values: on, off, k (keys only) or v (values only).
-    /// Default: whatever of K and V is quantized, where the model's architecture gains from it.
+    /// Default: quantized values (not keys), where the model's architecture gains from it.
     #[arg(long = "kv-rotate", value_name = "on|off|k|v")]
     pub kv_rotate: Option<String>,
 }

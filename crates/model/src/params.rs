@@ -107,6 +107,9 @@ pub struct ParseKvRotateError(pub String);
 impl KvRotate {
     pub const ON: KvRotate = KvRotate { k: true, v: true };
     pub const OFF: KvRotate = KvRotate { k: false, v: false };
+    /// Values only: the default where measured (keys are quantized per channel at 4 bits, and
+    /// mixing the channels costs more than the outliers it spreads; BENCHMARKS.md).
+    pub const V: KvRotate = KvRotate { k: false, v: true };
 
     /// The default: each of keys and values rotated when it is quantized, as far as the
     /// architecture's `arch_default` (its `ArchSpec::kv_rotate`, chosen from measurement) allows.

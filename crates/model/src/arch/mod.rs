@@ -198,7 +198,7 @@ const BASE: ArchSpec = ArchSpec {
     attn_scale_rule: AttnScale::InvSqrtHeadDim,
     no_rope_every: None,
     moe: None,
-    kv_rotate: crate::params::KvRotate::ON,
+    kv_rotate: crate::params::KvRotate::V,
 };
 
 #[cfg(test)]
