@@ -231,7 +231,8 @@ impl Decoded {
     /// The body read and checked, `max_tokens` optional (count_tokens).
     pub fn read(body: &[u8]) -> Result<Decoded, ApiError> {
         let r: MessagesRequest = from_json(S, body)?;
-        let knobs = super::knobs(r.temperature, r.top_p, r.top_k);
+        // Anthropic's range is 0 to 1 (the schema says so too).
+        let knobs = super::knobs(S, r.temperature, r.top_p, r.top_k, 1.0)?;
         let max = r.max_tokens.map(|n| n.min(usize::MAX as u64) as usize);
         let mut settings = Settings::new(S, &knobs, max, r.stop_sequences.unwrap_or_default())?;
         let mut tools = Vec::new();

@@ -35,14 +35,28 @@ use crate::AppState;
 /// Anthropic SDK no longer sends temperature, top-p or top-k at all.
 pub const AGENT_TEMPERATURE: f32 = 0.6;
 
-/// The request's sampling knobs with the agent default.
-pub fn knobs(temperature: Option<f32>, top_p: Option<f32>, top_k: Option<i64>) -> Knobs {
-    Knobs {
+/// The request's sampling knobs with the agent default; a temperature outside
+/// `0..=max_temperature` (the API's own range) or a `top_p` outside `0..=1` is a 400.
+pub fn knobs(
+    style: Style,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i64>,
+    max_temperature: f32,
+) -> Result<Knobs, ApiError> {
+    if temperature.is_some_and(|t| !(0.0..=max_temperature).contains(&t)) {
+        let msg = format!("temperature must be between 0 (greedy) and {max_temperature}");
+        return Err(ApiError::bad_request(style, msg));
+    }
+    if top_p.is_some_and(|p| !(0.0..=1.0).contains(&p)) {
+        return Err(ApiError::bad_request(style, "top_p must be between 0 and 1"));
+    }
+    Ok(Knobs {
         temperature: Some(temperature.unwrap_or(AGENT_TEMPERATURE)),
         top_p,
         top_k,
         ..Knobs::default()
-    }
+    })
 }
 
 /// A function tool as the template and [`ChatOptions`] read it.

@@ -172,7 +172,7 @@ impl Decoded {
                 format!("store: true is not supported: {stateless}"),
             ));
         }
-        let knobs = super::knobs(r.temperature, r.top_p, None);
+        let knobs = super::knobs(S, r.temperature, r.top_p, None, limits::MAX_TEMPERATURE)?;
         let max = r.max_output_tokens.map(|n| n.min(usize::MAX as u64) as usize);
         let mut settings = Settings::new(S, &knobs, max, Vec::new())?;
         let mut tools = Vec::new();
