@@ -127,7 +127,18 @@ fn content(body: &Body, resp: &mut SchemaGenerator) -> Option<Value> {
         Body::Json(f) => json!({"application/json": {"schema": f(resp)}}),
         Body::JsonOrStream { whole, media, item } => json!({
             "application/json": {"schema": whole(resp)},
-            *media: {"schema": {"type": "string"}, "x-itemSchema": item(resp)},
+            // Before OpenAPI 3.2 `schema` describes one event of a stream: its data alone, or,
+            // where the stream names its events (`event: response.created`), the event's
+            // fields. `x-itemSchema` is what each event's data holds.
+            *media: {
+                "schema": {"anyOf": [
+                    {"type": "string"},
+                    {"type": "object", "properties": {
+                        "event": {"type": "string"}, "data": {"type": "string"},
+                        "id": {"type": "string"}, "retry": {"type": "integer"}}},
+                ]},
+                "x-itemSchema": item(resp),
+            },
         }),
     })
 }
