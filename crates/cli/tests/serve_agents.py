@@ -7,17 +7,10 @@ check. The same script runs against llama-server (scripts/agents_vs_llamacpp.sh)
 import json
 import sys
 import urllib.request
+from checks import check, passed
 
 base, model, mode = sys.argv[1:4]
 key = sys.argv[4] if len(sys.argv) > 4 else "none"
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(what)
-    checks += 1
 
 
 weather_schema = {"type": "object", "properties": {
@@ -206,4 +199,4 @@ def agents_sdk():
 
 
 {"messages": messages, "responses": responses, "agents": agents_sdk}[mode]()
-print(f"{mode}: {checks} checks passed")
+print(f"{mode}: {passed()} checks passed")

@@ -11,8 +11,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::serve::Server;
 
 const ALIAS: &str = "qwen2.5-coder-0.5b";
@@ -23,20 +21,11 @@ fn run_script(mode: &str, alias: &str) {
     let args =
         ["--name", ALIAS, "--parallel", "1", "--ctx", "2048", "--threads", "2", "--api-key", KEY];
     let server = Server::start(&model, &args);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_agents.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([server.url().as_str(), ALIAS, mode, KEY])
-        .output()
-        .expect("python3 runs");
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !stderr.contains("No module named"),
-        "the Python clients are missing: `python3 -m pip install anthropic openai openai-agents`\n{stderr}"
+    common::python(
+        "serve_agents.py",
+        &[server.url().as_str(), ALIAS, mode, KEY],
+        "anthropic openai openai-agents",
     );
-    assert!(out.status.success(), "serve_agents.py {mode} failed:\n{stdout}\n{stderr}");
-    println!("{stdout}");
 }
 
 #[test]

@@ -18,16 +18,9 @@ import ollama
 import openai
 import pydantic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from checks import check, passed
 
 base, key, model = sys.argv[1:4]
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(what)
-    checks += 1
 
 
 def raises(exc, fn, what):
@@ -355,4 +348,4 @@ check(after[("snug_kv_blocks_used", ())] == 0, "no KV block held once every clie
 check(("snug_memory_pressure_events_total", ()) in after, "memory-pressure events are exposed")
 check(("snug_prefix_hit_tokens_total", ()) in after, "prefix-cache hits are exposed")
 
-print(f"{checks} passed, 0 failed")
+print(f"{passed()} passed, 0 failed")

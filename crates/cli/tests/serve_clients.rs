@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::serve::Server;
 
 const ALIAS: &str = "qwen2.5-coder-0.5b";
@@ -33,20 +31,5 @@ fn the_official_openai_and_ollama_clients_work_unchanged() {
             "2",
         ],
     );
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_clients.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(server.url())
-        .args([KEY, ALIAS])
-        .output()
-        .expect("python3 runs");
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !stderr.contains("No module named"),
-        "the Python clients are missing: `python3 -m pip install openai ollama` \
-         (scripts/test.sh installs them)\n{stderr}"
-    );
-    assert!(out.status.success(), "the client script failed:\n{stdout}\n{stderr}");
-    println!("{stdout}");
+    common::python("serve_clients.py", &[server.url().as_str(), KEY, ALIAS], "openai ollama");
 }

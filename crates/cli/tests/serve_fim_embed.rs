@@ -249,28 +249,18 @@ fn embeddings_match_llama_server_with_mean_and_last_pooling() {
 
 /// The official clients: `ollama.embed()` and `openai` `embeddings.create()` get the vectors.
 fn python_clients(server: &Server, inputs: &Value, data: &[Value]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_embed_clients.py");
     let expected: Vec<Value> = data.iter().map(|d| d["embedding"].clone()).collect();
     let dir = std::env::temp_dir().join(format!("snug-embed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("expected.json");
     std::fs::write(&file, json!({"inputs": inputs, "vectors": expected}).to_string()).unwrap();
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(server.url())
-        .arg(ALIAS)
-        .arg(&file)
-        .output()
-        .expect("python3 runs");
-    let _ = std::fs::remove_dir_all(&dir);
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !stderr.contains("No module named"),
-        "the Python clients are missing: `python3 -m pip install openai ollama` (scripts/test.sh installs them)\n{stderr}"
+    let file = file.to_str().unwrap();
+    common::python(
+        "serve_embed_clients.py",
+        &[server.url().as_str(), ALIAS, file],
+        "openai ollama",
     );
-    assert!(out.status.success(), "the client script failed:\n{stdout}\n{stderr}");
-    println!("{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `snug embed MODEL TEXT` prints the vector as a JSON array, as the server pools it.

@@ -23,131 +23,17 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::hostile::*;
 use common::serve::Server;
 use serde_json::{json, Value};
 
 const ALIAS: &str = "qwen2.5-coder-0.5b";
-const CTX: &str = "1024";
-
-struct Answer {
-    status: u16,
-    body: String,
-}
-
-fn send(port: u16, path: &str, headers: &[(&str, &str)], body: &[u8]) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut head = format!("POST {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        head += &format!("Host: 127.0.0.1:{port}\r\n");
-    }
-    for (k, v) in headers {
-        head += &format!("{k}: {v}\r\n");
-    }
-    head += &format!("Content-Length: {}\r\n\r\n", body.len());
-    s.write_all(head.as_bytes()).unwrap();
-    let _ = s.write_all(body);
-    s
-}
-
-fn read_answer(mut s: TcpStream) -> Answer {
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    Answer { status, body }
-}
-
-const JSON: (&str, &str) = ("Content-Type", "application/json");
-
-fn post(port: u16, path: &str, body: &str) -> Answer {
-    read_answer(send(port, path, &[JSON], body.as_bytes()))
-}
-
-const PLAIN: &str =
-    r#"{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":4,"temperature":0}"#;
-
-fn plain_chat(port: u16) -> (Duration, String) {
-    let t0 = Instant::now();
-    let a = post(port, "/v1/chat/completions", PLAIN);
-    let took = t0.elapsed();
-    assert_eq!(a.status, 200, "the plain chat request failed: {}", a.body);
-    let v: Value = serde_json::from_str(&a.body).expect("a JSON answer");
-    (took, v["choices"][0]["message"]["content"].as_str().expect("content").to_string())
-}
-
-fn vm_rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server's status");
-    let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:")).expect("VmRSS");
-    kb.trim().trim_end_matches("kB").trim().parse::<u64>().expect("a number") * 1024
-}
-
-fn error_message(body: &str) -> String {
-    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    match &v["error"] {
-        Value::String(s) => s.clone(),
-        e => e["message"].as_str().unwrap_or("").to_string(),
-    }
-}
-
-/// `snug plan`'s predicted peak for the server, plus a tenth for request bodies in flight.
-fn planned_rss() -> u64 {
-    let model = common::model(ALIAS);
-    let args = [
-        "plan",
-        model.to_str().unwrap(),
-        "--ctx",
-        CTX,
-        "--parallel",
-        "2",
-        "--threads",
-        "2",
-        "--serve",
-        "--json",
-    ];
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    let peak = common::snug_json(&args)["predicted_peak_rss_bytes"].as_u64().expect("a peak");
-    peak + peak / 10
-}
-
-struct Oracle {
-    unloaded: Duration,
-    text: String,
-    rss_max: u64,
-}
-
-impl Oracle {
-    fn budget(&self) -> Duration {
-        (self.unloaded * 2).max(self.unloaded + Duration::from_secs(2))
-    }
-
-    fn check(&self, server: &Server, after: &str) {
-        let (took, text) = plain_chat(server.port);
-        assert_eq!(text, self.text, "after {after}: the plain answer changed");
-        assert!(
-            took <= self.budget(),
-            "after {after}: the plain chat took {took:?} (unloaded {:?})",
-            self.unloaded
-        );
-        let t0 = Instant::now();
-        let (status, body) = server.get("/health").expect("/health answers");
-        assert_eq!(status, 200, "after {after}: /health says {body}");
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "after {after}: /health took {:?}",
-            t0.elapsed()
-        );
-        let rss = vm_rss(server.pid());
-        println!("after {after}: plain chat {took:?}, RSS {} MiB", rss >> 20);
-        assert!(rss <= self.rss_max, "after {after}: RSS {rss} past the plan's {}", self.rss_max);
-    }
-}
+const CTX: usize = 1024;
 
 #[test]
 fn the_second_audits_triggers_leave_service_for_others() {
     let model = common::model(ALIAS);
-    let rss_max = planned_rss();
+    let rss_max = planned_rss(&model, CTX);
     let s = Server::start(
         &model,
         &[
@@ -158,7 +44,7 @@ fn the_second_audits_triggers_leave_service_for_others() {
             "--queue",
             "2",
             "--ctx",
-            CTX,
+            &CTX.to_string(),
             "--threads",
             "2",
             "--host",
@@ -168,12 +54,7 @@ fn the_second_audits_triggers_leave_service_for_others() {
         ],
     );
     let port = s.port;
-    let runs: Vec<(Duration, String)> = (0..3).map(|_| plain_chat(port)).collect();
-    let text = runs[0].1.clone();
-    assert!(runs.iter().all(|r| r.1 == text), "greedy answers differ: {runs:?}");
-    let unloaded = runs.iter().map(|r| r.0).min().unwrap();
-    let oracle = Oracle { unloaded, text, rss_max };
-    println!("unloaded plain chat {unloaded:?}, RSS at most {rss_max} bytes");
+    let oracle = Oracle::unloaded(&s, rss_max, Duration::from_secs(2));
 
     // M4: 600 half-open connections, held while the plain chat and /health are asked.
     let half_open: Vec<TcpStream> = (0..600)
@@ -199,20 +80,20 @@ fn the_second_audits_triggers_leave_service_for_others() {
     // H1: an answer bounded by values, not by inputs.
     let dup = json!({"input": vec!["a"; 2048]}).to_string();
     let t0 = Instant::now();
-    let a = post(port, "/v1/embeddings", &dup);
+    let a = post(port, "/v1/embeddings", dup.as_bytes());
     assert_eq!(a.status, 400, "{}", &a.body[..a.body.len().min(300)]);
     assert!(error_message(&a.body).contains("1048576 values"), "{}", a.body);
     assert!(t0.elapsed() < Duration::from_secs(2), "the refusal took {:?}", t0.elapsed());
-    let a = post(port, "/api/embed", &dup);
+    let a = post(port, "/api/embed", dup.as_bytes());
     assert_eq!(a.status, 400, "{}", &a.body[..a.body.len().min(300)]);
     let fewer = json!({"input": vec!["a"; 2048], "dimensions": 64}).to_string();
-    let a = post(port, "/v1/embeddings", &fewer);
+    let a = post(port, "/v1/embeddings", fewer.as_bytes());
     assert_eq!(a.status, 200, "2048 × 64 values fit: {}", &a.body[..a.body.len().min(300)]);
     oracle.check(&s, "embedding answers past the value bound");
 
     // H1: answers nobody reads are dropped after --write-timeout (2 s).
     let half = json!({"input": vec!["a"; 1024]}).to_string();
-    let full = post(port, "/v1/embeddings", &half);
+    let full = post(port, "/v1/embeddings", half.as_bytes());
     assert_eq!(full.status, 200);
     let size = full.body.len();
     assert!(size > 16 << 20, "a 1024-input answer is {size} bytes");
@@ -239,7 +120,7 @@ fn the_second_audits_triggers_leave_service_for_others() {
     let fat = format!(
         r#"{{"messages":[{{"role":"user","content":"hi","x":[{zeros}]}}],"max_tokens":1}}"#
     );
-    let a = post(port, "/v1/chat/completions", &fat);
+    let a = post(port, "/v1/chat/completions", fat.as_bytes());
     assert_eq!(a.status, 400, "{}", &a.body[..a.body.len().min(300)]);
     assert!(error_message(&a.body).contains("JSON values"), "{}", a.body);
     for _ in 0..150 {
@@ -254,7 +135,7 @@ fn the_second_audits_triggers_leave_service_for_others() {
         for (k, v) in extra.as_object().unwrap() {
             body[k] = v.clone();
         }
-        post(port, "/v1/chat/completions", &body.to_string())
+        post(port, "/v1/chat/completions", body.to_string().as_bytes())
     };
     let tool = |name: &str, description: &str| json!([{"type": "function", "function": {"name": name, "description": description}}]);
     let refused = [

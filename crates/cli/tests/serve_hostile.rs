@@ -16,10 +16,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::hostile::*;
 use common::serve::Server;
 use serde_json::{json, Value};
 
@@ -28,96 +29,6 @@ const CTX: usize = 1024;
 /// Sampling seeds that make a job panic at admission, and at sampling (`SNUG_TEST_PANIC`).
 const PANIC_ADMIT: u64 = 4242;
 const PANIC_SAMPLE: u64 = 4343;
-
-/// An answer: status, head (lowercase) and body as sent.
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-fn connect(port: u16, path: &str, body: &[u8]) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    // A refusal may come before the whole body is read; the rest is then not needed.
-    let _ = s.write_all(body);
-    s
-}
-
-fn read_answer(mut s: TcpStream) -> Answer {
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    Answer { status, head: head.to_ascii_lowercase(), body: body.to_string() }
-}
-
-fn post(port: u16, path: &str, body: &[u8]) -> Answer {
-    read_answer(connect(port, path, body))
-}
-
-/// The error message of an error body in either API's shape.
-fn error_message(body: &str) -> String {
-    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    match &v["error"] {
-        Value::String(s) => s.clone(),
-        e => e["message"].as_str().unwrap_or("").to_string(),
-    }
-}
-
-/// The plain request: a short greedy chat.
-const PLAIN: &str =
-    r#"{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":4,"temperature":0}"#;
-
-fn plain_chat(port: u16) -> (Duration, String) {
-    let t0 = Instant::now();
-    let a = post(port, "/v1/chat/completions", PLAIN.as_bytes());
-    let took = t0.elapsed();
-    assert_eq!(a.status, 200, "the plain chat request failed: {}", a.body);
-    let v: Value = serde_json::from_str(&a.body).expect("a JSON answer");
-    (took, v["choices"][0]["message"]["content"].as_str().expect("content").to_string())
-}
-
-fn vm_rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server's status");
-    let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:")).expect("VmRSS");
-    kb.trim().trim_end_matches("kB").trim().parse::<u64>().expect("a number") * 1024
-}
-
-/// What a healthy server does after each hostile request.
-struct Oracle {
-    unloaded: Duration,
-    text: String,
-    rss_max: u64,
-}
-
-impl Oracle {
-    fn latency_budget(&self) -> Duration {
-        (self.unloaded * 2).max(self.unloaded + Duration::from_secs(3))
-    }
-
-    fn check(&self, server: &Server, after: &str) {
-        let (took, text) = plain_chat(server.port);
-        assert_eq!(text, self.text, "after {after}: the plain answer changed");
-        assert!(
-            took <= self.latency_budget(),
-            "after {after}: the plain request took {took:?} (unloaded {:?})",
-            self.unloaded
-        );
-        let (status, body) = server.get("/health").expect("/health answers");
-        assert_eq!(status, 200, "after {after}: /health says {body}");
-        let rss = vm_rss(server.pid());
-        println!("after {after}: plain chat {took:?}, RSS {} MiB", rss >> 20);
-        assert!(rss <= self.rss_max, "after {after}: RSS {rss} past the plan's {}", self.rss_max);
-    }
-}
 
 /// A hostile request and what it must get: the status and a piece of the error message (the
 /// field it names).
@@ -449,26 +360,6 @@ fn expect(a: &Answer, c: &Case) {
 
 /// `snug plan`'s predicted peak for the server, plus a margin for what the HTTP side holds
 /// (request bodies up to --max-body, in flight).
-fn planned_rss() -> u64 {
-    let model = common::model(ALIAS);
-    let ctx = CTX.to_string();
-    let args = [
-        "plan",
-        model.to_str().unwrap(),
-        "--ctx",
-        &ctx,
-        "--parallel",
-        "2",
-        "--threads",
-        "2",
-        "--serve",
-        "--json",
-    ];
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    let peak = common::snug_json(&args)["predicted_peak_rss_bytes"].as_u64().expect("a peak");
-    peak + peak / 10
-}
-
 #[test]
 fn no_request_stops_stalls_or_corrupts_service_for_others() {
     let model = common::model(ALIAS);
@@ -495,14 +386,7 @@ fn no_request_stops_stalls_or_corrupts_service_for_others() {
         &[("SNUG_TEST_PANIC", &panic_env)],
     );
     let port = server.port;
-    // Unloaded latency: the best of three (the first also warms up).
-    let runs: Vec<(Duration, String)> = (0..3).map(|_| plain_chat(port)).collect();
-    let text = runs[0].1.clone();
-    assert!(runs.iter().all(|r| r.1 == text), "greedy answers differ: {:?}", runs);
-    assert!(!text.is_empty());
-    let unloaded = runs.iter().map(|r| r.0).min().unwrap();
-    let oracle = Oracle { unloaded, text, rss_max: planned_rss() };
-    println!("unloaded plain chat {unloaded:?}, RSS at most {} bytes", oracle.rss_max);
+    let oracle = Oracle::unloaded(&server, planned_rss(&model, CTX), Duration::from_secs(3));
     oracle.check(&server, "start");
 
     for c in cases() {

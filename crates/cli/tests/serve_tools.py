@@ -12,18 +12,11 @@ import urllib.request
 import jsonschema
 import ollama
 import openai
+from checks import check, passed
 
 base, model, mode = sys.argv[1:4]
 oa = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
 ol = ollama.Client(host=base)
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(what)
-    checks += 1
 
 
 def valid(args, schema):
@@ -318,4 +311,4 @@ elif mode == "format":
     check(final.usage.prompt_tokens > first.usage.prompt_tokens + 10,
           f"the call and its result are in the prompt: {final.usage} vs {first.usage}")
 
-print(f"{mode}: {checks} checks passed")
+print(f"{mode}: {passed()} checks passed")

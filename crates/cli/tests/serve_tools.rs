@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::serve::Server;
 
 const ALIAS: &str = "qwen2.5-coder-0.5b";
@@ -19,20 +17,7 @@ fn run_script(extra: &[&str], mode: &str) {
     let mut args = vec!["--name", ALIAS, "--parallel", "1", "--ctx", "2048", "--threads", "2"];
     args.extend_from_slice(extra);
     let server = Server::start(&model, &args);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serve_tools.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([server.url().as_str(), ALIAS, mode])
-        .output()
-        .expect("python3 runs");
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(
-        !stderr.contains("No module named"),
-        "the Python clients are missing: `python3 -m pip install openai ollama`\n{stderr}"
-    );
-    assert!(out.status.success(), "serve_tools.py {mode} failed:\n{stdout}\n{stderr}");
-    println!("{stdout}");
+    common::python("serve_tools.py", &[server.url().as_str(), ALIAS, mode], "openai ollama");
 }
 
 fn template(name: &str) -> String {

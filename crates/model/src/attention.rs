@@ -432,18 +432,8 @@ mod tests {
     use super::*;
     use crate::kv::KvType;
     use crate::params::ContextParams;
+    use crate::test_util::rng;
     use crate::Model;
-
-    /// Uniform in [-1, 1), deterministic per `seed` (also the tile kernels' tests').
-    pub(super) fn rng(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-    }
 
     /// A one-layer config of `n_head`/`n_head_kv` heads of `hd`, with the layer's own window.
     fn config(

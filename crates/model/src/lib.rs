@@ -14,6 +14,8 @@ pub mod names;
 pub mod ops;
 mod par;
 pub mod params;
+#[cfg(test)]
+mod test_util;
 mod vmath;
 pub mod weights;
 

@@ -337,6 +337,7 @@ mod tests {
 
     #[test]
     fn simd_silu_matches_the_generic_one_on_odd_lengths() {
+        crate::test_util::require_simd();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut rnd = move || {
             seed ^= seed << 13;
@@ -405,6 +406,7 @@ mod tests {
 
     #[test]
     fn simd_softcap_is_within_4_ulp_of_libm() {
+        crate::test_util::require_simd();
         // Every magnitude from 1e-6 to 40 caps (both saturated), both signs, zeros and NaN.
         let cap = 30.0f32;
         let mut x: Vec<f32> = (0..20_000)

@@ -2,35 +2,13 @@
 //! the memory planner calls), quantized precisions close to f16, per-channel q4 keys staged in f16
 //! until their block fills, copy-on-write forks, and sliding windows that free memory.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use model::kv::kv_staged_bytes;
-use model::{kv_bytes_per_token, Batch, Context, ContextParams, KvRotate, KvType, Model, SeqId};
+mod kv_common;
+use kv_common::{params, tiny, tokens};
 
-fn tiny(arch: &str) -> Arc<Model> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../testdata/refdata/tiny/tiny-{arch}.gguf"));
-    Arc::new(Model::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-}
-
-fn params(n_ctx: usize, k: KvType, v: KvType) -> ContextParams {
-    ContextParams {
-        n_ctx,
-        n_ubatch: 64,
-        n_outputs_max: 64,
-        n_seq_max: 2,
-        n_threads: 2,
-        kv_k: k,
-        kv_v: v,
-        ..ContextParams::default()
-    }
-}
-
-/// Deterministic token stream.
-fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i as u64 * 2654435761 + 12345) % n_vocab as u64) as u32).collect()
-}
+use model::{kv_bytes_per_token, Batch, Context, ContextParams, KvRotate, KvType, SeqId};
 
 /// Log-softmax rows of every position of `toks` (teacher-forced, one sequence).
 fn log_probs(ctx: &mut Context, toks: &[u32]) -> Vec<Vec<f32>> {

@@ -3,37 +3,19 @@
 //! sliding windows too; the defaults; rotated quantized caches no worse than unrotated ones on
 //! keys with outlier channels; and the prefix cache never mixes rotated and unrotated blocks.
 
-use std::path::PathBuf;
 use std::sync::Arc;
+
+mod kv_common;
+use kv_common::{tiny, tokens};
 
 use model::attention::{attention, one_layer_config, scratch_floats};
 use model::kv::rotate::rotate;
 use model::kv::KvCache;
-use model::{Batch, Context, ContextParams, KvRotate, KvType, Model};
+use model::{Batch, Context, ContextParams, KvRotate, KvType};
 use quant::threads::ThreadPool;
 
-fn tiny(arch: &str) -> Arc<Model> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../testdata/refdata/tiny/tiny-{arch}.gguf"));
-    Arc::new(Model::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-}
-
 fn params(k: KvType, v: KvType, rot: Option<KvRotate>) -> ContextParams {
-    ContextParams {
-        n_ctx: 256,
-        n_ubatch: 64,
-        n_outputs_max: 64,
-        n_seq_max: 2,
-        n_threads: 2,
-        kv_k: k,
-        kv_v: v,
-        kv_rotate: rot,
-        ..ContextParams::default()
-    }
-}
-
-fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i as u64 * 2654435761 + 12345) % n_vocab as u64) as u32).collect()
+    ContextParams { kv_rotate: rot, ..kv_common::params(256, k, v) }
 }
 
 /// Logits of every position of `toks` on sequence 0, in chunks of 64.

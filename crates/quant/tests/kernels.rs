@@ -1,6 +1,8 @@
 //! Every SIMD kernel against its scalar twin (random and edge-case blocks, odd lengths, every
 //! token count through two tiles), every path's matmul against plain f32 math on dequantized
-//! weights, and typed errors on bad shapes.
+//! weights, and typed errors on bad shapes. Its own harness (`harness = false`, `common::gated`):
+//! on a CPU without a SIMD path the tests that compare one with the scalar path are listed as
+//! "not run" by name (`SNUG_REQUIRE_SIMD=1` makes that a failure).
 
 use quant::kernels::{
     matmul_panels_with, matmul_with, quantize_activation_with, vec_dot_rows_with, vec_dot_type,
@@ -43,6 +45,7 @@ fn act_row(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     q
 }
 
+/// The SIMD paths this CPU has (what the second group of tests compares with the scalar one).
 fn simd_paths() -> Vec<Isa> {
     Isa::all_available().into_iter().filter(|i| *i != Isa::Scalar).collect()
 }
@@ -51,7 +54,6 @@ fn close(a: f32, b: f32, scale: f32, tol: f32) -> bool {
     (a - b).abs() <= tol * scale.max(1e-3)
 }
 
-#[test]
 fn every_simd_dot_matches_its_scalar_twin_on_odd_lengths() {
     let mut rng = StdRng::seed_from_u64(1);
     for isa in simd_paths() {
@@ -84,7 +86,6 @@ fn magnitude(ty: GgmlType, n: usize, w: &[u8], x: &[f32]) -> f32 {
     wf.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
 }
 
-#[test]
 fn every_multi_row_kernel_matches_single_row_dots() {
     let mut rng = StdRng::seed_from_u64(2);
     for isa in Isa::all_available() {
@@ -120,7 +121,6 @@ fn every_multi_row_kernel_matches_single_row_dots() {
     }
 }
 
-#[test]
 fn simd_activation_quantizers_are_bit_identical_to_scalar() {
     let mut rng = StdRng::seed_from_u64(3);
     for isa in simd_paths() {
@@ -168,7 +168,6 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     (num / den.max(1e-30)).sqrt() as f32
 }
 
-#[test]
 fn matmul_on_every_path_matches_f32_math_on_dequantized_weights() {
     let mut rng = StdRng::seed_from_u64(4);
     let pools = [ThreadPool::new(1), ThreadPool::new(2), ThreadPool::new(3)];
@@ -192,7 +191,6 @@ fn matmul_on_every_path_matches_f32_math_on_dequantized_weights() {
     }
 }
 
-#[test]
 fn matmul_paths_agree_with_each_other_on_real_layer_widths() {
     let mut rng = StdRng::seed_from_u64(5);
     let pool = ThreadPool::new(2);
@@ -212,7 +210,6 @@ fn matmul_paths_agree_with_each_other_on_real_layer_widths() {
     }
 }
 
-#[test]
 fn bad_shapes_are_typed_errors_not_panics() {
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
@@ -250,7 +247,6 @@ fn bad_shapes_are_typed_errors_not_panics() {
     ));
 }
 
-#[test]
 fn unavailable_paths_are_refused() {
     for isa in Isa::ALL {
         let r = vec_dot_with(isa, GgmlType::F32, 1, &[0; 4], &[0; 4]);
@@ -259,7 +255,6 @@ fn unavailable_paths_are_refused() {
     assert!(quant::kernels::isa().available());
 }
 
-#[test]
 fn matmul_multi_equals_one_matmul_per_matrix() {
     let mut rng = StdRng::seed_from_u64(6);
     let pool = ThreadPool::new(2);
@@ -287,7 +282,6 @@ fn matmul_multi_equals_one_matmul_per_matrix() {
     }
 }
 
-#[test]
 fn matmul_multi_refuses_mixed_activation_formats_and_widths() {
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
@@ -341,7 +335,6 @@ const QUANTIZED: [GgmlType; 12] = [
     GgmlType::IQ4NL,
 ];
 
-#[test]
 fn every_simd_row_kernel_matches_scalar_on_edge_case_blocks() {
     let mut rng = StdRng::seed_from_u64(30);
     let mut checked = 0usize;
@@ -384,10 +377,9 @@ fn every_simd_row_kernel_matches_scalar_on_edge_case_blocks() {
         }
     }
     // On a machine with a SIMD path, the loops above ran; with none there is nothing to compare.
-    assert!(simd_paths().is_empty() || checked > 10_000, "only {checked} dots compared");
+    assert!(checked > 10_000, "only {checked} dots compared");
 }
 
-#[test]
 fn matmul_matches_scalar_for_every_token_count_through_two_tiles() {
     let mut rng = StdRng::seed_from_u64(31);
     let pool = ThreadPool::new(2);
@@ -429,7 +421,6 @@ fn matmul_matches_scalar_for_every_token_count_through_two_tiles() {
 /// Prefill batches (at least 32 tokens) with panels on take the panel kernels where the path has them: every
 /// type, with whole panels of 16 rows and a tail of rows that takes the row kernels, on blocks
 /// with edge-case values and scales and on edge-case activations, against the scalar path.
-#[test]
 fn prefill_batches_match_scalar_on_edge_case_blocks() {
     let mut rng = StdRng::seed_from_u64(32);
     let pool = ThreadPool::new(2);
@@ -465,7 +456,7 @@ fn prefill_batches_match_scalar_on_edge_case_blocks() {
             }
         }
     }
-    assert!(simd_paths().is_empty() || checked > 100_000, "only {checked} outputs compared");
+    assert!(checked > 100_000, "only {checked} outputs compared");
 }
 
 /// Decode (one token) gives every row the bits that the same token gets as the first of a batch
@@ -473,7 +464,6 @@ fn prefill_batches_match_scalar_on_edge_case_blocks() {
 /// to 16 blocks and runs the one-row kernel past that, so row lengths on both sides of the
 /// switch, row counts with a tail of fewer than 8, and edge-case blocks (zero and maximal
 /// scales, extreme quants) are checked.
-#[test]
 fn decode_is_bit_identical_to_the_first_token_of_a_batch() {
     let mut rng = StdRng::seed_from_u64(34);
     let pool = ThreadPool::new(2);
@@ -502,5 +492,72 @@ fn decode_is_bit_identical_to_the_first_token_of_a_batch() {
             }
         }
     }
-    assert!(simd_paths().is_empty() || checked > 1_000, "only {checked} outputs compared");
+    assert!(checked > 1_000, "only {checked} outputs compared");
+}
+
+/// Tests of every path, the scalar one included: they run on any CPU.
+const TESTS: [(&str, fn()); 6] = [
+    (
+        "every_multi_row_kernel_matches_single_row_dots",
+        every_multi_row_kernel_matches_single_row_dots,
+    ),
+    (
+        "matmul_on_every_path_matches_f32_math_on_dequantized_weights",
+        matmul_on_every_path_matches_f32_math_on_dequantized_weights,
+    ),
+    ("bad_shapes_are_typed_errors_not_panics", bad_shapes_are_typed_errors_not_panics),
+    ("unavailable_paths_are_refused", unavailable_paths_are_refused),
+    ("matmul_multi_equals_one_matmul_per_matrix", matmul_multi_equals_one_matmul_per_matrix),
+    (
+        "matmul_multi_refuses_mixed_activation_formats_and_widths",
+        matmul_multi_refuses_mixed_activation_formats_and_widths,
+    ),
+];
+
+/// Tests that hold a SIMD path against the scalar one: on a CPU with none they are listed as
+/// not run.
+const SIMD_TESTS: [(&str, fn()); 7] = [
+    (
+        "every_simd_dot_matches_its_scalar_twin_on_odd_lengths",
+        every_simd_dot_matches_its_scalar_twin_on_odd_lengths,
+    ),
+    (
+        "simd_activation_quantizers_are_bit_identical_to_scalar",
+        simd_activation_quantizers_are_bit_identical_to_scalar,
+    ),
+    (
+        "matmul_paths_agree_with_each_other_on_real_layer_widths",
+        matmul_paths_agree_with_each_other_on_real_layer_widths,
+    ),
+    (
+        "every_simd_row_kernel_matches_scalar_on_edge_case_blocks",
+        every_simd_row_kernel_matches_scalar_on_edge_case_blocks,
+    ),
+    (
+        "matmul_matches_scalar_for_every_token_count_through_two_tiles",
+        matmul_matches_scalar_for_every_token_count_through_two_tiles,
+    ),
+    (
+        "prefill_batches_match_scalar_on_edge_case_blocks",
+        prefill_batches_match_scalar_on_edge_case_blocks,
+    ),
+    (
+        "decode_is_bit_identical_to_the_first_token_of_a_batch",
+        decode_is_bit_identical_to_the_first_token_of_a_batch,
+    ),
+];
+
+fn main() {
+    gated::run_groups(&[
+        (&gated::Need::ALWAYS, &TESTS),
+        (
+            &gated::Need {
+                have: !simd_paths().is_empty(),
+                why: "this CPU has no SIMD kernel path (AVX2, AVX-512 or NEON)",
+                require_var: "SNUG_REQUIRE_SIMD",
+                lacking: "no SIMD",
+            },
+            &SIMD_TESTS,
+        ),
+    ]);
 }

@@ -4,11 +4,8 @@
 //! ones (`SNUG_REQUIRE_AMX=1` makes that a failure instead, for a machine known to have them);
 //! the harness is `common::gated`.
 
-use quant::kernels::{matmul_panels_with, matmul_with, Isa, MatRef};
-use quant::threads::ThreadPool;
+use quant::kernels::Isa;
 use quant::GgmlType;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 
 mod common;
 use common::*;
@@ -24,46 +21,11 @@ fn token_counts() -> impl Iterator<Item = usize> {
 }
 
 /// Every (row, token) of a tile panel has the row kernels' f32 bits (`Isa::Avx512` without
-/// panels), for edge-case blocks (every fill pattern: zero and maximal scales and mins, extreme
-/// quants; f16 scales from zero and subnormal to ±65504) and random ones, row counts with a tail
-/// that stays on the row kernels, edge-case and random activations, and every token count
-/// (whole tiles of 16 and the tail on the VNNI panel, in every mix).
+/// panels): edge-case and random blocks and activations, and every token count (whole tiles of
+/// 16 and the tail on the VNNI panel, in every mix).
 fn tiles_are_bit_identical_to_row_kernels() {
-    let mut rng = StdRng::seed_from_u64(51);
-    let pool = ThreadPool::new(2);
-    let mut scratch = Vec::new();
-    let mut checked = 0usize;
-    for ty in TYPES {
-        for (cols, rows) in [(256usize, 16usize), (512, 35), (1536, 33)] {
-            let w = edge_and_random_rows(&mut rng, ty, cols, rows, 2);
-            let acts = edge_acts(&mut rng, cols);
-            let mat = MatRef { ty, data: &w, rows, cols };
-            for m in token_counts() {
-                let x: Vec<f32> = (0..m)
-                    .flat_map(|t| match (t + m) % (acts.len() + 1) {
-                        a if a < acts.len() => acts[a].clone(),
-                        _ => random_f32(&mut rng, cols),
-                    })
-                    .collect();
-                let mut want = vec![f32::NAN; m * rows];
-                matmul_with(Isa::Avx512, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
-                let mut got = vec![f32::NAN; m * rows];
-                matmul_panels_with(Isa::Amx, &pool, mat, &x, m, &mut got, &mut scratch).unwrap();
-                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        same_bits(*a, *b),
-                        "{ty} cols={cols} rows={rows} m={m} token {} row {}: tiles {a:e} ({:#x}) \
-                         vs row kernel {b:e} ({:#x})",
-                        k / rows,
-                        k % rows,
-                        a.to_bits(),
-                        b.to_bits()
-                    );
-                    checked += 1;
-                }
-            }
-        }
-    }
+    let counts: Vec<usize> = token_counts().collect();
+    let checked = panels_against_row_kernels(Isa::Amx, &TYPES, &counts, 51);
     assert!(checked > 200_000, "only {checked} outputs compared");
 }
 

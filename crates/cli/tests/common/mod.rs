@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 #[allow(dead_code)] // Only the serve tests start a server.
 pub mod serve;
 
+#[allow(dead_code)] // Only the hostile-request tests send raw HTTP.
+pub mod hostile;
+
 /// The cached file of a known model, pulled if missing; a model that cannot be had is a failure
 /// naming the command that fetches it, never a skip.
 pub fn model(alias: &str) -> PathBuf {
@@ -33,6 +36,26 @@ pub fn snug_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("snug --json prints JSON")
+}
+
+/// Runs `tests/SCRIPT` with `args` and returns its stdout (also printed); a missing Python
+/// package fails naming `packages` (what scripts/test.sh installs), and a failing script fails
+/// with both its outputs.
+#[allow(dead_code)] // Only the tests that drive the real Python clients call it.
+pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S], packages: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let out =
+        std::process::Command::new("python3").arg(path).args(args).output().expect("python3 runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !stderr.contains("No module named"),
+        "PyPI packages are missing: `python3 -m pip install {packages}` (scripts/test.sh \
+         installs them)\n{stderr}"
+    );
+    assert!(out.status.success(), "{script} {:?} failed:\n{stdout}\n{stderr}", out.status);
+    println!("{stdout}");
+    stdout.into_owned()
 }
 
 /// Set (to anything) to make a missing privilege fail the tests that need it instead of skipping

@@ -240,11 +240,12 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::tests::rng;
+    use crate::test_util::{require_simd, rng};
 
     #[test]
     fn simd_tile_kernels_match_the_generic_ones() {
         let k = kernels();
+        require_simd();
         let mut r = rng(5);
         for d in [4, 8, 20, 64, 72, 128, 256] {
             let q: Vec<f32> = (0..d).map(|_| r()).collect();

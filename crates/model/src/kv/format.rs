@@ -381,16 +381,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rng(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-    }
+    use crate::test_util::{require_simd, rng};
 
     fn roundtrip(ty: KvType, x: &[f32]) -> Vec<f32> {
         let mut bytes = vec![0u8; ty.v_head_bytes(x.len()) + 2];
@@ -423,6 +414,7 @@ mod tests {
     #[test]
     fn simd_kernels_match_the_generic_ones_over_odd_lengths() {
         let k = kernels();
+        require_simd();
         let mut r = rng(11);
         for n in [1, 5, 16, 17, 31, 32, 33, 63, 64, 65, 128, 200, 256] {
             let a: Vec<f32> = (0..n).map(|_| r()).collect();

@@ -187,18 +187,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 4.0 - 2.0
-            })
-            .collect()
-    }
+    use crate::test_util::{noise, require_simd};
 
     #[test]
     fn blocks_are_the_largest_power_of_two_dividing_the_head() {
@@ -213,7 +202,7 @@ mod tests {
     #[test]
     fn generic_is_orthonormal_its_own_inverse_and_spreads_an_outlier() {
         for block in [16, 32, 64, 128, 256] {
-            let (q, k) = (noise(3 * block, 1), noise(3 * block, 2));
+            let (q, k) = (noise(3 * block, 1, 2.0), noise(3 * block, 2, 2.0));
             let (mut hq, mut hk) = (q.clone(), k.clone());
             rotate_generic(&mut hq, block);
             rotate_generic(&mut hk, block);
@@ -233,8 +222,9 @@ mod tests {
 
     #[test]
     fn every_kernel_path_gives_the_scalar_bits() {
+        require_simd();
         for block in [16, 32, 64, 128, 256] {
-            let x = noise(4 * block, block as u32);
+            let x = noise(4 * block, block as u64, 2.0);
             let mut want = x.clone();
             rotate_generic(&mut want, block);
             #[cfg(target_arch = "x86_64")]

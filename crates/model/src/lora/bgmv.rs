@@ -215,31 +215,21 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::test_util::{noise, require_simd};
 
     #[test]
     fn every_kernel_path_matches_the_generic_one_over_odd_lengths() {
         let k = kernels();
+        require_simd();
         for n in [1, 7, 8, 9, 31, 32, 33, 95, 896, 4864 + 3] {
-            let (a, b) = (data(n, 1), data(n, 2));
+            let (a, b) = (noise(n, 1, 1.0), noise(n, 2, 1.0));
             let want = dot_generic(&a, &b) as f64;
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             let got = (k.dot)(&a, &b) as f64;
             let tol = 1e-5 * (n as f64).sqrt().max(1.0);
             assert!((got - exact).abs() <= tol, "{} dot n={n}: {got} vs {exact}", k.name);
             assert!((want - exact).abs() <= tol, "generic dot n={n}: {want} vs {exact}");
-            let (mut y1, mut y2) = (data(n, 3), data(n, 3));
+            let (mut y1, mut y2) = (noise(n, 3, 1.0), noise(n, 3, 1.0));
             (k.axpy)(&mut y1, 0.37, &a);
             axpy_generic(&mut y2, 0.37, &a);
             // Both are one FMA per element: the same bits.

@@ -7,9 +7,11 @@
 
 pub mod gated;
 
+use quant::kernels::{matmul_panels_with, matmul_with, Isa, MatRef};
+use quant::threads::ThreadPool;
 use quant::GgmlType;
 use rand::rngs::StdRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 /// Byte offsets of the f16 scale fields in one block of `ty` (random bytes there could be
 /// NaN/Inf; everything else in a block is valid for any bit pattern).
@@ -129,4 +131,54 @@ pub fn edge_acts(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
 /// FMA passes on depends on the register form the compiler picked).
 pub fn same_bits(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Runs the panels of `panel_isa` and the row kernels of `Isa::Avx512` on the same weights and
+/// activations and panics at the first (row, token) whose f32 bits differ; returns how many
+/// outputs were compared. Weights: edge-case blocks (every fill pattern, so zero and maximal
+/// scales and mins, extreme quants; f16 scales from zero and subnormal to ±65504) and random
+/// ones, in row counts with a tail that stays on the row kernels; activations: edge-case and
+/// random rows, for each of the `token_counts`.
+pub fn panels_against_row_kernels(
+    panel_isa: Isa,
+    types: &[GgmlType],
+    token_counts: &[usize],
+    seed: u64,
+) -> usize {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Vec::new();
+    let mut checked = 0usize;
+    for &ty in types {
+        for (cols, rows) in [(256usize, 16usize), (512, 35), (1536, 33)] {
+            let w = edge_and_random_rows(&mut rng, ty, cols, rows, 2);
+            let acts = edge_acts(&mut rng, cols);
+            let mat = MatRef { ty, data: &w, rows, cols };
+            for &m in token_counts {
+                let x: Vec<f32> = (0..m)
+                    .flat_map(|t| match (t + m) % (acts.len() + 1) {
+                        a if a < acts.len() => acts[a].clone(),
+                        _ => random_f32(&mut rng, cols),
+                    })
+                    .collect();
+                let mut want = vec![f32::NAN; m * rows];
+                matmul_with(Isa::Avx512, &pool, mat, &x, m, &mut want, &mut scratch).unwrap();
+                let mut got = vec![f32::NAN; m * rows];
+                matmul_panels_with(panel_isa, &pool, mat, &x, m, &mut got, &mut scratch).unwrap();
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        same_bits(*a, *b),
+                        "{ty} cols={cols} rows={rows} m={m} token {} row {}: {panel_isa:?} \
+                         panels {a:e} ({:#x}) vs row kernel {b:e} ({:#x})",
+                        k / rows,
+                        k % rows,
+                        a.to_bits(),
+                        b.to_bits()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    checked
 }

@@ -30,6 +30,33 @@ use super::avx2::{simd_kernels, simd_quantizer, simd_table};
 use super::{DotKernels, Partner, QuantizeFn};
 use crate::GgmlType;
 
+/// The [`PanelKernels`](super::PanelKernels) of format `$f`: `unpack::<$f>` and `run::<$f>`
+/// (functions of the module that expands it) behind this path's target features, and `$bytes`.
+macro_rules! panel_table {
+    ($f:ty, $bytes:expr) => {{
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn unpack_f(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]) {
+            // SAFETY: forwarded contract of PanelKernels::unpack.
+            unsafe { unpack::<$f>(cols, w, w_row, panel) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn run_f(
+            cols: usize,
+            panel: &[u8],
+            x: &[u8],
+            x_row: usize,
+            m: usize,
+            out: *mut f32,
+            out_stride: usize,
+        ) {
+            // SAFETY: forwarded contract of PanelKernels::run (a tile panel is handed out only
+            // where tiles::usable() holds).
+            unsafe { run::<$f>(cols, panel, x, x_row, m, out, out_stride) }
+        }
+        Some(PanelKernels { unpack: unpack_f, run: run_f, bytes: $bytes })
+    }};
+}
+
 mod kquants;
 mod panel;
 mod tile_panel;

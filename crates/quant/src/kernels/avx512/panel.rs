@@ -451,34 +451,11 @@ unsafe fn block<F: PanelFormat, const C: usize>(
 
 /// The panel kernels of `ty`, if it has them.
 pub(crate) fn panel_kernels(ty: GgmlType) -> Option<PanelKernels> {
-    macro_rules! kernels {
-        ($f:ty) => {{
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn unpack_f(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]) {
-                // SAFETY: forwarded contract of PanelKernels::unpack.
-                unsafe { unpack::<$f>(cols, w, w_row, panel) }
-            }
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn run_f(
-                cols: usize,
-                panel: &[u8],
-                x: &[u8],
-                x_row: usize,
-                m: usize,
-                out: *mut f32,
-                out_stride: usize,
-            ) {
-                // SAFETY: forwarded contract of PanelKernels::run.
-                unsafe { run::<$f>(cols, panel, x, x_row, m, out, out_stride) }
-            }
-            Some(PanelKernels { unpack: unpack_f, run: run_f, bytes: panel_bytes })
-        }};
-    }
     match ty {
-        GgmlType::Q4K => kernels!(Q4KZ),
-        GgmlType::Q5K => kernels!(Q5KZ),
-        GgmlType::Q6K => kernels!(Q6KZ),
-        GgmlType::IQ4XS => kernels!(Iq4XsZ),
+        GgmlType::Q4K => panel_table!(Q4KZ, panel_bytes),
+        GgmlType::Q5K => panel_table!(Q5KZ, panel_bytes),
+        GgmlType::Q6K => panel_table!(Q6KZ, panel_bytes),
+        GgmlType::IQ4XS => panel_table!(Iq4XsZ, panel_bytes),
         _ => None,
     }
 }

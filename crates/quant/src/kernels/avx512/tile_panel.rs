@@ -269,33 +269,9 @@ unsafe fn block<F: TileFormat>(
 
 /// The tile panel kernels of `ty`, if it has them.
 pub(crate) fn panel_kernels(ty: GgmlType) -> Option<PanelKernels> {
-    macro_rules! kernels {
-        ($f:ty) => {{
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn unpack_f(cols: usize, w: &[u8], w_row: usize, panel: &mut [u8]) {
-                // SAFETY: forwarded contract of PanelKernels::unpack.
-                unsafe { unpack::<$f>(cols, w, w_row, panel) }
-            }
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn run_f(
-                cols: usize,
-                panel: &[u8],
-                x: &[u8],
-                x_row: usize,
-                m: usize,
-                out: *mut f32,
-                out_stride: usize,
-            ) {
-                // SAFETY: forwarded contract of PanelKernels::run; the Amx path is available
-                // only where tiles::usable() holds.
-                unsafe { run::<$f>(cols, panel, x, x_row, m, out, out_stride) }
-            }
-            Some(PanelKernels { unpack: unpack_f, run: run_f, bytes: tile_panel_bytes })
-        }};
-    }
     match ty {
-        GgmlType::Q4K => kernels!(Q4KZ),
-        GgmlType::Q6K => kernels!(Q6KZ),
+        GgmlType::Q4K => panel_table!(Q4KZ, tile_panel_bytes),
+        GgmlType::Q6K => panel_table!(Q6KZ, tile_panel_bytes),
         _ => None,
     }
 }
