@@ -128,6 +128,20 @@ impl ScratchSizes {
     }
 }
 
+/// Writes one value a page of `buf`, so its pages are resident from the start. The rows of
+/// logits beyond the first are written only as a step has outputs for them (drafted tokens,
+/// batched prompts), so a run that never drafted would stay resident under the plan, which
+/// counts them all; committed at creation, the context's resident size is the planned one
+/// whatever the run does. Cost: one write a page, once (a 262k vocabulary's 17 rows: 4.5k
+/// pages).
+fn commit(buf: &mut [f32]) {
+    const PAGE: usize = 4096 / std::mem::size_of::<f32>();
+    for i in (0..buf.len()).step_by(PAGE) {
+        // SAFETY: `i` is inside `buf`; a volatile write is not elided for the calloc'd zeros.
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 0.0) };
+    }
+}
+
 impl Context {
     pub fn new(model: Arc<Model>, params: ContextParams) -> Context {
         let c = &model.config;
@@ -149,7 +163,8 @@ impl Context {
             moe: c.moe.map(|m| MoeScratch::new(&m, params.n_ubatch, c.n_embd)),
         };
         let kv = KvCache::new(c, &params);
-        let logits = vec![0.0; z.logits];
+        let mut logits = vec![0.0; z.logits];
+        commit(&mut logits);
         Context {
             pool: ThreadPool::new(nth),
             kv,
