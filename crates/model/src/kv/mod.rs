@@ -676,6 +676,12 @@ impl KvCache {
         Ok(())
     }
 
+    /// Offers the cached blocks not on disk yet to the disk tier (when its queue is empty; see
+    /// `PrefixCache::spill_all`): for an idle moment, and before a shutdown.
+    pub fn prefix_spill(&mut self) {
+        self.prefix.spill_all(&self.pool);
+    }
+
     /// Waits until the disk tier has written every block queued, at most `timeout`; true if
     /// none is left (or there is no tier).
     pub fn prefix_disk_flush(&self, timeout: std::time::Duration) -> bool {

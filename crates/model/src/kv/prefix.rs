@@ -145,7 +145,7 @@ impl PrefixCache {
             p.children += 1;
         }
         if let Some(d) = &mut self.disk {
-            spill(d, pool, BlockKey { seed: salt, parent, tokens }, blocks);
+            let _ = spill(d, pool, BlockKey { seed: salt, parent, tokens }, blocks);
         }
         let e = Entry { salt, parent, tokens, blocks: blocks.into(), tick: self.tick, children: 0 };
         self.entries.insert(key, e);
@@ -164,7 +164,7 @@ impl PrefixCache {
         if let Some(e) = self.entries.remove(&key) {
             if let Some(d) = &mut self.disk {
                 let k = BlockKey { seed: e.salt, parent: e.parent, tokens: e.tokens };
-                spill(d, pool, k, &e.blocks);
+                let _ = spill(d, pool, k, &e.blocks);
             }
             for &id in e.blocks.iter() {
                 pool.release(id);
@@ -174,6 +174,22 @@ impl PrefixCache {
             }
         }
         true
+    }
+
+    /// Offers every entry not on disk yet to the disk tier, if there is one and its queue is
+    /// empty (so what is on disk is known): blocks skipped while the queue was full get
+    /// another chance. Never waits.
+    pub fn spill_all(&mut self, pool: &BlockPool) {
+        let Some(d) = &mut self.disk else { return };
+        if !d.writing() || d.stats().queued.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return;
+        }
+        for e in self.entries.values() {
+            let key = BlockKey { seed: e.salt, parent: e.parent, tokens: e.tokens };
+            if !spill(d, pool, key, &e.blocks) {
+                break;
+            }
+        }
     }
 
     /// Drops every entry; returns how many blocks went back to the pool (those no sequence
@@ -200,14 +216,15 @@ impl PrefixCache {
     }
 }
 
-/// Offers the block `key` (its pool blocks, one per layer) to the disk tier.
-fn spill(d: &mut DiskTier, pool: &BlockPool, key: BlockKey, blocks: &[BlockId]) {
+/// Offers the block `key` (its pool blocks, one per layer) to the disk tier; false if it was
+/// skipped.
+fn spill(d: &mut DiskTier, pool: &BlockPool, key: BlockKey, blocks: &[BlockId]) -> bool {
     let size = pool.block_bytes();
     d.offer(key, |buf| {
         for (dst, &id) in buf.chunks_exact_mut(size).zip(blocks) {
             dst.copy_from_slice(pool.block(id));
         }
-    });
+    })
 }
 
 /// A free block, evicting least-recently-used cached blocks while the pool has none. In a

@@ -25,7 +25,7 @@
 pub mod store;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -82,8 +82,8 @@ pub struct DiskTier {
     free: Mutex<Receiver<Vec<u8>>>,
     writer: Option<JoinHandle<()>>,
     writing: Arc<AtomicBool>,
-    /// Blocks queued and not yet written (or given up).
-    pending: Arc<AtomicUsize>,
+    /// Blocks queued at most (the channel's slots and the one the writer holds).
+    cap: u64,
     /// The read buffer.
     buf: Vec<u8>,
     stats: Arc<DiskStats>,
@@ -105,9 +105,7 @@ impl DiskTier {
         let (tx, rx) = mpsc::sync_channel::<(BlockKey, Vec<u8>)>(queue_blocks(payload) - 1);
         let (free_tx, free) = mpsc::sync_channel(queue_blocks(payload) + 1);
         let writing = Arc::new(AtomicBool::new(true));
-        let pending = Arc::new(AtomicUsize::new(0));
-        let (st, on, dir, left) =
-            (store.clone(), writing.clone(), cfg.dir.clone(), pending.clone());
+        let (st, on, dir, left) = (store.clone(), writing.clone(), cfg.dir.clone(), stats.clone());
         let writer = std::thread::Builder::new().name("snug-kv-disk".into()).spawn(move || {
             for (key, data) in rx {
                 if on.load(Ordering::Relaxed) {
@@ -120,7 +118,7 @@ impl DiskTier {
                     }
                 }
                 let _ = free_tx.try_send(data);
-                left.fetch_sub(1, Ordering::AcqRel);
+                left.queued.fetch_sub(1, Ordering::AcqRel);
             }
         })?;
         Ok(DiskTier {
@@ -129,7 +127,7 @@ impl DiskTier {
             free: Mutex::new(free),
             writer: Some(writer),
             writing,
-            pending,
+            cap: queue_blocks(payload) as u64,
             buf: vec![0; payload],
             stats,
         })
@@ -145,35 +143,41 @@ impl DiskTier {
 
     /// Queues the block `key` for writing unless it is on disk already; `fill` copies its
     /// bytes (`[n_layer][block_bytes]`) into the buffer it is given. Never waits: with the
-    /// queue full or writing off, the block is skipped.
-    pub fn offer(&mut self, key: BlockKey, fill: impl FnOnce(&mut [u8])) {
+    /// queue full or writing off, the block is skipped (and false returned).
+    pub fn offer(&mut self, key: BlockKey, fill: impl FnOnce(&mut [u8])) -> bool {
         if self.store.contains(key.key()) {
-            return;
+            return true;
         }
-        if !self.writing.load(Ordering::Relaxed) {
+        let full = self.stats.queued.load(Ordering::Acquire) >= self.cap;
+        let Some(tx) = self.tx.as_ref().filter(|_| self.writing() && !full) else {
             self.stats.skipped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let Some(tx) = &self.tx else { return };
+            return false;
+        };
         let free = self.free.get_mut().unwrap_or_else(PoisonError::into_inner);
         let mut data = free.try_recv().unwrap_or_default();
         data.resize(self.store.payload_bytes(), 0);
         fill(&mut data);
-        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.stats.queued.fetch_add(1, Ordering::AcqRel);
         match tx.try_send((key, data)) {
-            Ok(()) => {}
+            Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.pending.fetch_sub(1, Ordering::AcqRel);
+                self.stats.queued.fetch_sub(1, Ordering::AcqRel);
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                false
             }
         }
+    }
+
+    /// False once a write failed: blocks are no longer written.
+    pub fn writing(&self) -> bool {
+        self.writing.load(Ordering::Relaxed)
     }
 
     /// Waits until every block queued is written (or given up), at most `timeout`; true if
     /// none is left.
     pub fn flush(&self, timeout: Duration) -> bool {
         let end = std::time::Instant::now() + timeout;
-        while self.pending.load(Ordering::Acquire) > 0 {
+        while self.stats.queued.load(Ordering::Acquire) > 0 {
             if std::time::Instant::now() >= end {
                 return false;
             }

@@ -67,6 +67,8 @@ pub struct DiskStats {
     pub dropped: AtomicU64,
     /// Blocks not written because the queue was full or writing was off.
     pub skipped: AtomicU64,
+    /// Blocks queued for the writer and not yet written (or given up).
+    pub queued: AtomicU64,
     /// Block files and their bytes in the directory (as this process knows them).
     pub files: AtomicU64,
     pub bytes: AtomicU64,

@@ -154,7 +154,7 @@ fn the_tier_writes_on_its_thread_and_reads_back_under_the_same_key_only() {
     let stats = Arc::new(DiskStats::default());
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
     let k = key(1, 2, 100);
-    t.offer(k, |d| d.copy_from_slice(&data(9)));
+    assert!(t.offer(k, |d| d.copy_from_slice(&data(9))));
     drop(t);
     assert_eq!(dir_usage(dir.path()).0, 1, "the queue is written before the tier ends");
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
@@ -180,14 +180,14 @@ fn a_directory_that_cannot_be_written_turns_writing_off_without_failing() {
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
     fs::remove_dir(&cfg.dir).unwrap();
     fs::write(&cfg.dir, b"x").unwrap();
-    t.offer(key(1, 2, 100), |d| d.fill(1));
+    assert!(t.offer(key(1, 2, 100), |d| d.fill(1)));
     // The writer's failure turns writing off; later blocks are skipped, reads miss.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while t.writing.load(Ordering::Relaxed) {
         assert!(std::time::Instant::now() < deadline, "the write error was not seen");
         std::thread::sleep(Duration::from_millis(5));
     }
-    t.offer(key(1, 2, 200), |d| d.fill(1));
+    assert!(!t.offer(key(1, 2, 200), |d| d.fill(1)));
     assert_eq!(stats.skipped.load(Ordering::Relaxed), 1);
     assert_eq!(t.fetch(&key(1, 2, 100)), None);
     assert_eq!(stats.bytes_written.load(Ordering::Relaxed), 0);
