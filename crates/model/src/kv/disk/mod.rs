@@ -9,18 +9,19 @@
 //! bounded queue ([`QUEUE_BYTES`]); when the queue is full the block is not written (counted as
 //! skipped), so a stream's step never waits for the disk. Reads happen at admission, on the
 //! scheduler thread: after the RAM cache's longest match, the chain is followed on disk block by
-//! block (each next address needs only the next 32 tokens) and each block is read straight into
-//! freshly allocated pool blocks, until a block is missing, damaged, or [`READ_DEADLINE`] has
-//! passed; whatever was not read is computed as usual.
+//! block (each next address needs only the next 32 tokens), each block read into the tier's
+//! buffer and copied into freshly allocated pool blocks, until a block is missing, damaged, or
+//! [`READ_DEADLINE`] has passed; whatever was not read is computed as usual. Blocks skipped
+//! while the queue was full are offered again when the scheduler goes idle.
 //!
-//! Cost. A read blocks the scheduler for its transfer: running streams skip steps for that long,
-//! about the time one 32-token prefill chunk of the same blocks would take at ~1 GB/s
-//! (qwen2.5-coder-0.5b's f16 KV: 12 KiB a token, 6k tokens 72 MB, ~0.1 s from the page cache),
-//! against seconds of prefill saved. Writes cost the scheduler one copy of each new full block;
-//! the I/O and its CRC run on the writer thread. Memory: the queue ([`QUEUE_BYTES`] of blocks,
-//! at least two), the block the writer holds and one read buffer: [`heap_bytes`], which the plan
-//! counts. A write error (full disk, read-only directory) turns writing off with one warning;
-//! reads go on, and every failed read is a recomputation, never a failed request.
+//! Cost. A read blocks the scheduler for its transfer: running streams skip steps for that long
+//! (qwen2.5-coder-0.5b's f16 KV is 12 KiB a token, so 6k tokens are 70 MB; times in
+//! BENCHMARKS.md), against the minutes of prefill it saves. Writes cost the scheduler one copy
+//! of each new full block; the I/O and its CRC run on the writer thread. Memory: the queue
+//! ([`QUEUE_BYTES`] of blocks, at least two), the block the writer holds and one read buffer:
+//! [`heap_bytes`], which the plan counts. A write error (full disk, read-only directory) turns
+//! writing off with one warning; reads go on, and every failed read is a recomputation, never a
+//! failed request.
 
 pub mod store;
 
