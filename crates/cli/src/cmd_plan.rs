@@ -59,6 +59,10 @@ pub struct PlanArgs {
     pub mem: MemArgs,
     #[command(flatten)]
     pub lora: crate::common::LoraArgs,
+    /// With --serve: the disk tier of the prefix cache, as `snug serve` takes it (its queue
+    /// counts; 0: off).
+    #[command(flatten)]
+    pub prefix_disk: crate::cmd_cache::PrefixDiskArgs,
 }
 
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
@@ -92,7 +96,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv_windowed: true,
         json_mode: a.serve || a.parallel > 1,
         draft_tokens: engine::draft::DraftKind::parse(&a.draft).guess_rows(),
-        prefix_disk: a.serve || a.parallel > 1,
+        prefix_disk: (a.serve || a.parallel > 1) && a.prefix_disk.prefix_cache_disk > 0,
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.
@@ -243,10 +247,13 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     println!("{}", pred.breakdown());
     if req.prefix_disk {
         println!(
-            "prefix cache: in RAM, the KV pool's free blocks; on disk (serve's \
-             --prefix-cache-disk, default 2G, in {}), {} a 32-token block, its queue and \
-             buffers {} (in the arena above)",
-            crate::cmd_cache::cache_home().display(),
+            "prefix cache: in RAM, the KV pool's free blocks; on disk, at most {} in {} \
+             ({} a 32-token block), its queue and buffers {} (in the arena above)",
+            fmt_bytes(a.prefix_disk.prefix_cache_disk),
+            a.prefix_disk.prefix_cache_dir.as_ref().map_or_else(
+                || crate::cmd_cache::cache_home().display().to_string(),
+                |d| d.display().to_string()
+            ),
             fmt_bytes(
                 (model::kv::BLOCK_TOKENS * model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v))
                     as u64
