@@ -40,7 +40,6 @@ KNOWN = {
     "model": [
         {"arch", "arch::gemma2", "arch::gemma3", "arch::llama", "arch::phi3", "arch::qwen2", "arch::qwen2moe", "arch::qwen3", "arch::qwen3moe", "arch::smollm3"},
         {"attention", "attention::tiles"},
-        {"kv", "kv::prefix"},
     ],
     "quant": [
         {"kernels", "kernels::avx2", "kernels::avx512", "kernels::avx512::kquants", "kernels::avx512::panel", "kernels::avx512::tile_panel", "kernels::neon", "kernels::scalar"},

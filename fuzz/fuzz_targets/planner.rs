@@ -157,6 +157,7 @@ fuzz_target!(|i: Input| {
         kv_windowed: r.kv_windowed,
         json_mode: r.json_mode,
         draft_tokens: (r.n_seq % 17) as usize,
+        prefix_disk: r.json_mode,
     };
     let p = plan::predict(&c, &m, &req);
     let _ = (p.breakdown(), req.kv_label(), plan::describe(&req));
@@ -174,6 +175,7 @@ fuzz_target!(|i: Input| {
         kv_windowed: w.kv_windowed,
         json_mode: w.json_mode,
         draft_tokens: (w.n_seq % 17) as usize,
+        prefix_disk: w.json_mode,
     };
     if let Ok(choice) = plan::choose(&c, &m, i.budget, &wants) {
         assert!(

@@ -275,6 +275,7 @@ fn server() -> &'static Server {
             drain_timeout: std::time::Duration::from_secs(30),
             pooling: None,
             chat_template: None,
+            prefix_disk: None,
         };
         let state = server::open(model, tok, &path, params, &opts, |_, _| Ok(()))
             .expect("the server opens");

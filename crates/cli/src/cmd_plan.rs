@@ -59,6 +59,10 @@ pub struct PlanArgs {
     pub mem: MemArgs,
     #[command(flatten)]
     pub lora: crate::common::LoraArgs,
+    /// With --serve: the disk tier of the prefix cache, as `snug serve` takes it (its queue
+    /// counts; 0: off).
+    #[command(flatten)]
+    pub prefix_disk: crate::cmd_cache::PrefixDiskArgs,
 }
 
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
@@ -92,6 +96,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         kv_windowed: true,
         json_mode: a.serve || a.parallel > 1,
         draft_tokens: engine::draft::DraftKind::parse(&a.draft).guess_rows(),
+        prefix_disk: (a.serve || a.parallel > 1) && a.prefix_disk.prefix_cache_disk > 0,
     };
     let choice = plan::choose(&cfg, &facts, budget.bytes, &wants);
     // The configuration reported: the chosen one, or the requested one when nothing fits.
@@ -154,6 +159,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             "breakdown": pred,
             "facts": {"file_bytes": facts.file_bytes, "header_bytes": facts.header_bytes, "embd_bytes": facts.embd_bytes, "output_tied": facts.output_tied, "other_bytes": facts.other_bytes, "n_tokens": facts.n_tokens, "token_text_bytes": facts.token_text_bytes, "n_merges": facts.n_merges, "merge_text_bytes": facts.merge_text_bytes},
             "kv_bytes_per_token": model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v),
+            "prefix_disk_heap_bytes": req.prefix_disk.then(|| plan::prefix_disk_bytes(&cfg, &req)),
             "weight_bytes_read_per_token": facts.bytes_read_per_token(&cfg),
             "expert_bytes": facts.expert_bytes,
             "expert_cache": plan::expert_reads(&cfg, &facts, &req).map(|(hit, disk)| json!({"bytes": req.expert_cache, "uniform_hit_rate": hit, "disk_bytes_per_token": disk})),
@@ -239,6 +245,22 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         Err(e) => println!("nothing fits: {e}"),
     }
     println!("{}", pred.breakdown());
+    if req.prefix_disk {
+        println!(
+            "prefix cache: in RAM, the KV pool's free blocks; on disk, at most {} in {} \
+             ({} a 32-token block), its queue and buffers {} (in the arena above)",
+            fmt_bytes(a.prefix_disk.prefix_cache_disk),
+            a.prefix_disk.prefix_cache_dir.as_ref().map_or_else(
+                || crate::cmd_cache::cache_home().display().to_string(),
+                |d| d.display().to_string()
+            ),
+            fmt_bytes(
+                (model::kv::BLOCK_TOKENS * model::kv_bytes_per_token(&cfg, req.kv_k, req.kv_v))
+                    as u64
+            ),
+            fmt_bytes(plan::prefix_disk_bytes(&cfg, &req) as u64)
+        );
+    }
     Ok(())
 }
 

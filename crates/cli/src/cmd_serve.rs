@@ -9,6 +9,9 @@
 //! rows, `4·r·(n_in + n_out)` bytes a matrix, read from the files' headers), or the `--lora`
 //! files' sizes if larger.
 //!
+//! Prefix cache on disk (`model::kv::disk`): `--prefix-cache-dir DIR` (default a folder per
+//! model file under `$SNUG_HOME/kv-cache`), `--prefix-cache-disk SIZE` (2G; 0: off).
+//!
 //! Behind a gateway (deploy/README.md): the port answers `/health` while the model loads and
 //! `/ready` once it serves; SIGTERM drains within `--drain-timeout` and exits 0.
 //!
@@ -123,6 +126,8 @@ pub struct ServeCmd {
     #[arg(long, value_name = "FILE")]
     pub chat_template_file: Option<std::path::PathBuf>,
     #[command(flatten)]
+    pub prefix_disk: crate::cmd_cache::PrefixDiskArgs,
+    #[command(flatten)]
     pub run: RunArgs,
 }
 
@@ -169,6 +174,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
         json_mode: true,
         draft_tokens: DraftKind::parse(&cmd.draft).guess_rows(),
         draft_bytes: 0,
+        prefix_disk: cmd.prefix_disk.prefix_cache_disk > 0,
     };
     let (mut params, planned) = runtime::plan_context(&m.model, &o, 2, None).map_err(explain)?;
     params.kv_rotate = cmd.run.kv.rotate()?;
@@ -185,6 +191,14 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
             _ => cmd.model.clone(),
         }
     });
+    let prefix_disk = cmd.prefix_disk.config(&m.path)?;
+    if let Some(d) = &prefix_disk {
+        eprintln!(
+            "snug: prefix cache on disk: {}, at most {}",
+            d.dir.display(),
+            memory::fmt_bytes(d.budget)
+        );
+    }
     let opts = server::ServeOptions {
         host: cmd.host,
         port: cmd.port,
@@ -218,6 +232,7 @@ pub fn run(cmd: ServeCmd) -> anyhow::Result<()> {
             ),
             None => None,
         },
+        prefix_disk: prefix_disk.clone(),
     };
     let loaded =
         runtime::Loaded { path: m.path.clone(), model: m.model.clone(), tok: m.tok.clone() };

@@ -200,6 +200,7 @@ impl RunArgs {
                 self.ubatch,
                 self.threads.unwrap_or_else(default_threads),
             )?,
+            prefix_disk: false,
         };
         let (mut params, planned) =
             runtime::plan_context(model, &o, needed, n_kv).map_err(explain)?;

@@ -5,6 +5,7 @@
 
 mod advice;
 mod cmd_bench;
+mod cmd_cache;
 mod cmd_chat;
 mod cmd_embed;
 mod cmd_eval;
@@ -70,6 +71,8 @@ enum Command {
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Print the text of token ids.
     Detokenize(cmd_tokenize::DetokenizeArgs),
+    /// The prefix cache's blocks on disk: `ls` lists them, `clear` deletes them.
+    Cache(cmd_cache::CacheArgs),
 }
 
 fn main() {
@@ -90,6 +93,7 @@ fn main() {
         Command::Embed(a) => cmd_embed::run(a),
         Command::Tokenize(a) => cmd_tokenize::run_tokenize(a),
         Command::Detokenize(a) => cmd_tokenize::run_detokenize(a),
+        Command::Cache(a) => cmd_cache::run(a),
     };
     if let Err(e) = result {
         match advice::hint(&e) {

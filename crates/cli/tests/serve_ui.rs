@@ -18,8 +18,20 @@ use std::process::Command;
 use common::serve::Server;
 
 const ALIAS: &str = "qwen2.5-coder-0.5b";
-/// The configuration both the server and `snug plan` are asked for.
-const CONFIG: [&str; 8] = ["--parallel", "2", "--ctx", "512", "--threads", "2", "--ram", "2G"];
+/// The configuration both the server and `snug plan` are asked for (the prefix cache's disk
+/// tier off, as the other serve tests run).
+const CONFIG: [&str; 10] = [
+    "--parallel",
+    "2",
+    "--ctx",
+    "512",
+    "--threads",
+    "2",
+    "--ram",
+    "2G",
+    "--prefix-cache-disk",
+    "0",
+];
 const KEY: &str = "ui-test-key";
 
 /// `snug plan MODEL CONFIG --json [extra]`.

@@ -245,6 +245,9 @@ pub struct Request {
     /// Drafted tokens a step may verify beside its decode tokens (speculative decoding, at most
     /// `engine::draft::MAX_DRAFT`; 0 without): each is one more row of logits.
     pub draft_tokens: usize,
+    /// The prefix cache's disk tier is on (a server): its queue and buffers
+    /// (`model::kv::disk::heap_bytes`) count.
+    pub prefix_disk: bool,
 }
 
 impl Request {
@@ -429,7 +432,16 @@ pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
     }
     let sessions = r.n_seq.max(1).saturating_mul(per_seq);
     let json = if r.json_mode { engine::JsonVocab::heap_bytes(c.n_vocab) } else { 0 };
-    scratch(c, r).activation_bytes().saturating_add(sessions).saturating_add(json) as u64
+    let disk = if r.prefix_disk { prefix_disk_bytes(c, r) } else { 0 };
+    let heap = sessions.saturating_add(json).saturating_add(disk);
+    scratch(c, r).activation_bytes().saturating_add(heap) as u64
+}
+
+/// The prefix cache's disk tier's queue and buffers (`model::kv::disk::heap_bytes`) for
+/// blocks of `r`'s KV precisions.
+pub fn prefix_disk_bytes(c: &ModelConfig, r: &Request) -> usize {
+    let block = model::kv::BLOCK_TOKENS * model::kv::kv_bytes_per_token(c, r.kv_k, r.kv_v);
+    model::kv::disk::heap_bytes(block)
 }
 
 /// Heap held by the tokenizer and the parsed GGUF metadata after `Tokenizer::from_gguf`
@@ -496,6 +508,7 @@ pub fn draft_bytes(
         kv_windowed: true,
         json_mode: false,
         draft_tokens: 0,
+        prefix_disk: false,
     };
     let p = predict(c, &ModelFacts { adapter_bytes: 0, draft_bytes: 0, ..m.clone() }, &r);
     p.total.saturating_sub(p.tokenizer).saturating_sub(p.overhead)
@@ -529,6 +542,8 @@ pub struct Wants {
     pub json_mode: bool,
     /// [`Request::draft_tokens`].
     pub draft_tokens: usize,
+    /// [`Request::prefix_disk`].
+    pub prefix_disk: bool,
 }
 
 /// The chosen configuration and why.
@@ -586,6 +601,7 @@ pub fn choose(
         kv_windowed: w.kv_windowed,
         json_mode: w.json_mode,
         draft_tokens: w.draft_tokens,
+        prefix_disk: w.prefix_disk,
     };
     let whole = match w.residency {
         Some(Residency::Stream) => vec![],
@@ -958,6 +974,7 @@ pub(crate) mod tests {
             kv_windowed: false,
             json_mode: false,
             draft_tokens: 0,
+            prefix_disk: false,
         }
     }
 

@@ -367,6 +367,7 @@ mod tests {
             kv_windowed: false,
             json_mode: false,
             draft_tokens: 0,
+            prefix_disk: false,
         };
         Fit::new(config, facts, request, budget)
     }

@@ -121,6 +121,8 @@ pub struct RunOptions {
     pub draft_tokens: usize,
     /// A draft model's peak beside the model ([`crate::plan::draft_bytes`]; 0 without).
     pub draft_bytes: u64,
+    /// The prefix cache's disk tier is on ([`crate::plan::Request::prefix_disk`]).
+    pub prefix_disk: bool,
 }
 
 impl Default for RunOptions {
@@ -139,6 +141,7 @@ impl Default for RunOptions {
             json_mode: false,
             draft_tokens: 0,
             draft_bytes: 0,
+            prefix_disk: false,
         }
     }
 }
@@ -223,6 +226,7 @@ pub fn plan(
         kv_windowed: true,
         json_mode: o.json_mode,
         draft_tokens: o.draft_tokens,
+        prefix_disk: o.prefix_disk,
     };
     let facts = ModelFacts {
         adapter_bytes: o.adapter_bytes,

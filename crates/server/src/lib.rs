@@ -131,6 +131,9 @@ pub struct ServeOptions {
     /// `--chat-template-file`: a chat template used instead of the model's (llama-server's
     /// flag: for a model whose own template is missing, broken or renders no tools).
     pub chat_template: Option<String>,
+    /// `--prefix-cache-dir` and `--prefix-cache-disk`: the prefix cache's disk tier
+    /// (`model::kv::disk`); `None`: off.
+    pub prefix_disk: Option<model::kv::disk::DiskConfig>,
 }
 
 /// Where the memory governor's reactions go (the `log` of `runtime::Planned::attach`): each is
@@ -432,6 +435,12 @@ pub fn serve<R: 'static>(
             replica::drain(&state, opts.drain_timeout).await;
         };
         transport::serve(&listener, app, opts.limits, counts, stop).await?;
+        // The disk tier's queue is written before the process ends (at most a few seconds).
+        let until = Instant::now() + std::time::Duration::from_secs(10);
+        let queued = || state.metrics.disk.queued.load(std::sync::atomic::Ordering::Acquire);
+        while queued() > 0 && Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         eprintln!("snug: stopped");
         Ok(())
     });
@@ -484,10 +493,19 @@ pub fn open<R: 'static>(
         shed: shed.clone(),
         experts: metrics.experts.clone(),
     };
+    let disk_stats = metrics.disk.clone();
     let (store_tx, store_rx) = std::sync::mpsc::channel();
     let store_opts = opts.clone();
     let engine = scheduler::spawn_with_shed(tok.clone(), sched, counters, shed, move || {
         let mut ctx = Context::new(model, params);
+        if let Some(cfg) = &store_opts.prefix_disk {
+            if let Err(e) = ctx.kv.attach_disk(cfg, disk_stats) {
+                eprintln!(
+                    "snug: warning: the prefix cache's disk tier in {} is off: {e}; prompts are computed as usual",
+                    cfg.dir.display()
+                );
+            }
+        }
         let _ = store_tx.send(adapter_store(&mut ctx, &store_opts));
         let keep = attach(&ctx, pressure).map_err(ServeError::Attach)?;
         Ok::<_, ServeError>((ctx, keep))

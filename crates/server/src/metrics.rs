@@ -1,7 +1,9 @@
 //! `GET /metrics` in Prometheus text format (prometheus-client): HTTP requests by route and
 //! status; the scheduler's queue depth, running sequences, prompt and generated token totals,
 //! time to first token and inter-token latency, KV blocks used / free / held by the prefix
-//! cache, prefix-cache hit tokens and sheds, speculative decoding's guesses verified and kept
+//! cache, prefix-cache hit tokens and sheds, the prefix cache's disk tier (blocks read back,
+//! prompts that found none, bytes read and written, files dropped as damaged, blocks skipped,
+//! files and bytes held), speculative decoding's guesses verified and kept
 //! (by drafter) and kept per pass; the process's resident set against the memory
 //! budget the plan was made in, and the memory governor's reactions to pressure. LoRA adapters
 //! (from [`AdapterStore::stats`] at each scrape): the page pool's utilisation and pages by
@@ -28,6 +30,7 @@ use engine::scheduler::{counters, Counters, Handle};
 
 pub mod vllm;
 use memory::residency::ExpertStats;
+use model::kv::disk::DiskStats;
 use model::kv::pool::{ALLOC_LATENCY_BUCKETS_NS, ALLOC_LATENCY_SAMPLE};
 use model::lora::{AdapterStore, StoreStats};
 
@@ -88,6 +91,36 @@ impl EncodeMetric for ExpertCounter {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Counter
+    }
+}
+
+/// One of the prefix cache's disk tier's numbers (`model::kv::disk::DiskStats`), read at each
+/// scrape: a counter, or a gauge when `gauge`.
+#[derive(Clone)]
+pub struct DiskMetric(Arc<DiskStats>, fn(&DiskStats) -> &AtomicU64, bool);
+
+impl std::fmt::Debug for DiskMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DiskMetric")
+    }
+}
+
+impl EncodeMetric for DiskMetric {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let v = self.1(&self.0).load(Ordering::Relaxed);
+        if self.2 {
+            encoder.encode_gauge(&i64::try_from(v).unwrap_or(i64::MAX))
+        } else {
+            encoder.encode_counter::<NoLabelSet, _, u64>(&v, None)
+        }
+    }
+
+    fn metric_type(&self) -> MetricType {
+        if self.2 {
+            MetricType::Gauge
+        } else {
+            MetricType::Counter
+        }
     }
 }
 
@@ -298,6 +331,8 @@ pub struct Metrics {
     protocol: Option<vllm::Protocol>,
     /// The expert cache's counters, set when the residency has one.
     pub experts: ExpertSlot,
+    /// The prefix cache's disk tier's numbers (all 0 while it is off).
+    pub disk: Arc<DiskStats>,
 }
 
 impl Metrics {
@@ -318,6 +353,9 @@ impl Metrics {
         let connections_evicted = Counter::default();
         let experts = ExpertSlot::default();
         let expert = |f: fn(&ExpertStats) -> &AtomicU64| ExpertCounter(experts.clone(), f);
+        let disk = Arc::new(DiskStats::default());
+        let disk_n = |f: fn(&DiskStats) -> &AtomicU64| DiskMetric(disk.clone(), f, false);
+        let disk_g = |f: fn(&DiskStats) -> &AtomicU64| DiskMetric(disk.clone(), f, true);
         macro_rules! register {
             ($($name:literal: $help:literal => $metric:expr),* $(,)?) => {
                 $(registry.register($name, $help, $metric.clone());)*
@@ -365,6 +403,20 @@ impl Metrics {
                 => expert(|s| &s.misses),
             "expert_read_bytes": "Bytes of experts the expert cache read from the model file"
                 => expert(|s| &s.bytes_read),
+            "prefix_disk_hits": "KV blocks (32 tokens, all layers) the prefix cache read back from its disk tier"
+                => disk_n(|s| &s.hits),
+            "prefix_disk_misses": "Prompts that found no block on disk past the prefix cache's RAM match"
+                => disk_n(|s| &s.misses),
+            "prefix_disk_read_bytes": "Bytes the prefix cache's disk tier read" => disk_n(|s| &s.bytes_read),
+            "prefix_disk_written_bytes": "Bytes the prefix cache's disk tier wrote"
+                => disk_n(|s| &s.bytes_written),
+            "prefix_disk_dropped": "Block files dropped as damaged, truncated or foreign (recomputed)"
+                => disk_n(|s| &s.dropped),
+            "prefix_disk_skipped": "Blocks not written: the writer's queue was full or writing failed"
+                => disk_n(|s| &s.skipped),
+            "prefix_disk_files": "Block files in the prefix cache's disk tier" => disk_g(|s| &s.files),
+            "prefix_disk_bytes": "Bytes of block files in the prefix cache's disk tier"
+                => disk_g(|s| &s.bytes),
         }
         let store_metrics = StoreMetrics::default();
         store_metrics.register(registry);
@@ -381,6 +433,7 @@ impl Metrics {
             store_metrics,
             protocol: None,
             experts,
+            disk,
         }
     }
 

@@ -36,6 +36,13 @@ impl Server {
             .arg("serve")
             .arg(model)
             .args(["--port", &port.to_string()])
+            // The prefix cache's disk tier persists across runs: off unless a test asks for it,
+            // so every other test starts cold, as before.
+            .args(if args.iter().any(|a| a.starts_with("--prefix-cache")) {
+                &[][..]
+            } else {
+                &["--prefix-cache-disk", "0"][..]
+            })
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -209,6 +209,8 @@ impl Scheduler {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
         }
         if self.order.is_empty() && self.waiting.is_empty() {
+            // Idle: cached blocks the disk tier skipped while busy get another chance.
+            self.ctx.kv.prefix_spill();
             match self.rx.recv() {
                 Ok(j) => self.waiting.push_back(j),
                 Err(_) => return false,

@@ -11,6 +11,8 @@
 //! frees blocks that no future query can see; blocks shared after [`KvCache::seq_fork`] or
 //! taken from the [`prefix`] cache ([`KvCache::prefix_adopt`]) are copied on write.
 
+mod chain;
+pub mod disk;
 pub mod format;
 pub mod pool;
 pub mod prefix;
@@ -32,8 +34,7 @@ pub use view::{key_scratch_floats, LayerView};
 /// Identifies one sequence (one conversation) in a [`crate::Context`].
 pub type SeqId = usize;
 
-/// Tokens per KV block.
-pub const BLOCK_TOKENS: usize = 32;
+pub use chain::BLOCK_TOKENS;
 
 /// Positions past a sliding window that a sequence keeps anyway, so that a speculative pass
 /// (a decode token and up to this many drafted ones) can be truncated back without losing keys
@@ -563,22 +564,128 @@ impl KvCache {
         let mut s = SeqKv::new(self.n_layer, staged_layer);
         let salt = self.prefix_salt(salt);
         let (found, chain) = self.prefix.lookup(salt, tokens, max_blocks);
-        if found.is_empty() {
-            return 0;
-        }
         for blocks in &found {
             for (table, &id) in s.tables.iter_mut().zip(blocks.iter()) {
                 self.pool.retain(id);
                 table.push(id);
             }
         }
-        s.registered = found.len();
-        s.len = found.len() * BLOCK_TOKENS;
+        let n_found = found.len();
+        let (n, chain) = self.prefix_restore(&mut s, tokens, salt, n_found, chain, max_blocks);
+        if n == 0 {
+            return 0;
+        }
+        s.registered = n;
+        s.len = n * BLOCK_TOKENS;
         s.chain = chain;
         s.salt = salt;
         let len = s.len;
         self.seqs[seq] = Some(s);
         len
+    }
+
+    /// Follows `s`'s chain (`n` blocks long, ending at `chain`, under `seed`) on the disk tier,
+    /// block by block up to `max_blocks` of `tokens`: each block read whole and under its full
+    /// key goes into fresh pool blocks, on `s`'s tables and into the RAM cache. Stops at the
+    /// first block missing or damaged, when no pool block is free, or past
+    /// [`disk::READ_DEADLINE`]. Returns the chain's new length and key.
+    fn prefix_restore(
+        &mut self,
+        s: &mut SeqKv,
+        tokens: &[u32],
+        seed: u64,
+        mut n: usize,
+        mut chain: u64,
+        max_blocks: usize,
+    ) -> (usize, u64) {
+        if n >= max_blocks {
+            return (n, chain);
+        }
+        // Out of the cache while blocks are allocated (which may evict): put back below.
+        let Some(mut disk) = self.prefix.disk.take() else { return (n, chain) };
+        let (start, before) = (std::time::Instant::now(), n);
+        let size = self.pool.block_bytes();
+        let mut ids = Vec::with_capacity(self.n_layer);
+        while n < max_blocks && start.elapsed() < disk::READ_DEADLINE {
+            let Ok(block) =
+                <[u32; BLOCK_TOKENS]>::try_from(&tokens[n * BLOCK_TOKENS..][..BLOCK_TOKENS])
+            else {
+                break;
+            };
+            let key = disk::BlockKey { seed, parent: chain, tokens: block };
+            let Some(data) = disk.fetch(&key) else { break };
+            ids.clear();
+            for _ in 0..self.n_layer {
+                match prefix::alloc(&mut self.pool, &mut self.prefix) {
+                    Ok(id) => ids.push(id),
+                    Err(_) => break,
+                }
+            }
+            if ids.len() < self.n_layer {
+                for &id in &ids {
+                    self.pool.release(id);
+                }
+                break;
+            }
+            for (src, &id) in data.chunks_exact(size).zip(&ids) {
+                self.pool.block_mut(id).copy_from_slice(src);
+            }
+            for (table, &id) in s.tables.iter_mut().zip(&ids) {
+                table.push(id);
+            }
+            self.prefix.insert(&mut self.pool, seed, chain, &block, &ids);
+            chain = key.key();
+            n += 1;
+        }
+        if n == before {
+            disk.stats().misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.prefix.disk = Some(disk);
+        (n, chain)
+    }
+
+    /// Attaches a disk tier under the prefix cache ([`disk`]) in `cfg.dir`, counting into
+    /// `stats`. Its keys carry `cfg.identity` (the model file), the KV precisions, the rotation
+    /// and the block layout, so a block is found only by a cache that would compute the same
+    /// bytes. Nothing is attached (and `Ok`) when the prefix cache is off (windowed layers).
+    pub fn attach_disk(
+        &mut self,
+        cfg: &disk::DiskConfig,
+        stats: std::sync::Arc<disk::DiskStats>,
+    ) -> std::io::Result<()> {
+        if !self.prefix.on {
+            return Ok(());
+        }
+        let tag = |b: Option<usize>| b.map_or(0, |b| b as u32);
+        let kv = |t: KvType| KvType::ALL.iter().position(|&a| a == t).unwrap_or(9) as u32;
+        let layout = [
+            disk::store::VERSION,
+            kv(self.k_type),
+            kv(self.v_type),
+            tag(self.rot_k),
+            tag(self.rot_v),
+            self.n_layer as u32,
+            self.pool.block_bytes() as u32,
+            self.n_head_kv as u32,
+            self.head_dim as u32,
+            self.head_dim_v as u32,
+        ];
+        let salt = prefix::chain_key(cfg.identity, &layout);
+        let tier = disk::DiskTier::open(cfg, salt, self.n_layer, self.pool.block_bytes(), stats)?;
+        self.prefix.disk = Some(tier);
+        Ok(())
+    }
+
+    /// Offers the cached blocks not on disk yet to the disk tier (when its queue is empty; see
+    /// `PrefixCache::spill_all`): for an idle moment, and before a shutdown.
+    pub fn prefix_spill(&mut self) {
+        self.prefix.spill_all(&self.pool);
+    }
+
+    /// Waits until the disk tier has written every block queued, at most `timeout`; true if
+    /// none is left (or there is no tier).
+    pub fn prefix_disk_flush(&self, timeout: std::time::Duration) -> bool {
+        self.prefix.disk.as_ref().is_none_or(|d| d.flush(timeout))
     }
 
     /// Offers `seq`'s full blocks not yet offered to the prefix cache, under `salt` (its

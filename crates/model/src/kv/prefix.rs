@@ -25,22 +25,18 @@
 //! is not what a fresh sequence would compute. The cache is therefore off for a context with any
 //! windowed layer (gemma's local layers, `--window`): those run cold, as before.
 //!
+//! Disk tier ([`super::disk`], when attached): every block the cache takes is offered to it
+//! (written through, on its own thread), and an evicted block not on disk yet is offered again.
+//!
 //! Cost: per entry its 32 tokens (128 bytes), 4 bytes per layer and two map slots; a lookup or
 //! a registration hashes each block's tokens once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 
+pub use super::chain::chain_key;
+use super::chain::BLOCK_TOKENS;
+use super::disk::{BlockKey, DiskTier};
 use super::pool::{BlockId, BlockPool};
-use super::BLOCK_TOKENS;
-
-/// The key of the block after `parent` holding `tokens`.
-pub fn chain_key(parent: u64, tokens: &[u32]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    parent.hash(&mut h);
-    tokens.hash(&mut h);
-    h.finish()
-}
 
 struct Entry {
     salt: u64,
@@ -64,6 +60,8 @@ pub struct PrefixCache {
     /// tick → key, oldest first.
     lru: BTreeMap<u64, u64>,
     tick: u64,
+    /// The disk tier, if attached (`KvCache::attach_disk`).
+    pub(super) disk: Option<DiskTier>,
 }
 
 impl PrefixCache {
@@ -146,6 +144,9 @@ impl PrefixCache {
         if let Some(p) = self.entries.get_mut(&parent) {
             p.children += 1;
         }
+        if let Some(d) = &mut self.disk {
+            let _ = spill(d, pool, BlockKey { seed: salt, parent, tokens }, blocks);
+        }
         let e = Entry { salt, parent, tokens, blocks: blocks.into(), tick: self.tick, children: 0 };
         self.entries.insert(key, e);
     }
@@ -161,6 +162,10 @@ impl PrefixCache {
         };
         self.lru.remove(&tick);
         if let Some(e) = self.entries.remove(&key) {
+            if let Some(d) = &mut self.disk {
+                let k = BlockKey { seed: e.salt, parent: e.parent, tokens: e.tokens };
+                let _ = spill(d, pool, k, &e.blocks);
+            }
             for &id in e.blocks.iter() {
                 pool.release(id);
             }
@@ -169,6 +174,22 @@ impl PrefixCache {
             }
         }
         true
+    }
+
+    /// Offers every entry not on disk yet to the disk tier, if there is one and its queue is
+    /// empty (so what is on disk is known): blocks skipped while the queue was full get
+    /// another chance. Never waits.
+    pub fn spill_all(&mut self, pool: &BlockPool) {
+        let Some(d) = &mut self.disk else { return };
+        if !d.writing() || d.stats().queued.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return;
+        }
+        for e in self.entries.values() {
+            let key = BlockKey { seed: e.salt, parent: e.parent, tokens: e.tokens };
+            if !spill(d, pool, key, &e.blocks) {
+                break;
+            }
+        }
     }
 
     /// Drops every entry; returns how many blocks went back to the pool (those no sequence
@@ -193,6 +214,17 @@ impl PrefixCache {
             .filter(|&&id| pool.refs(id) == 1)
             .count()
     }
+}
+
+/// Offers the block `key` (its pool blocks, one per layer) to the disk tier; false if it was
+/// skipped.
+fn spill(d: &mut DiskTier, pool: &BlockPool, key: BlockKey, blocks: &[BlockId]) -> bool {
+    let size = pool.block_bytes();
+    d.offer(key, |buf| {
+        for (dst, &id) in buf.chunks_exact_mut(size).zip(blocks) {
+            dst.copy_from_slice(pool.block(id));
+        }
+    })
 }
 
 /// A free block, evicting least-recently-used cached blocks while the pool has none. In a

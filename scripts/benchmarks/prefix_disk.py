@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Issue 49's "Done when" numbers for the prefix cache's disk tier: time to first token of a
+~6k-token prompt on qwen2.5-coder-0.5b cold, after the server restarted on the same
+--prefix-cache-dir, and for a new question on the same document after another restart; the
+answers' text and cached_tokens beside them.
+
+    python3 scripts/benchmarks/prefix_disk.py target/ci/snug /root/.cache/snug/models/qwen2.5-coder-0.5b.gguf
+
+Each request streams /v1/completions (greedy, 16 tokens, usage included); time to first token is
+from sending the request to the first chunk with text. Standard library only. Record the figures
+in BENCHMARKS.md with the CPU and the machine's load.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def document(lines):
+    """A deterministic source file, about 35 tokens a line."""
+    out = ["// Inventory service: record types and helpers.\n"]
+    for i in range(lines):
+        out.append(
+            f"pub fn price_{i}(qty: u32, unit: u32) -> u64 {{ (qty as u64) * (unit as u64 + {i * 17 % 97}) / {i % 9 + 1} }}\n"
+        )
+    return "".join(out)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(snug, model, cache_dir, port):
+    args = [snug, "serve", model, "--port", str(port), "--ctx", "8192", "--parallel", "1",
+            "--threads", "2", "--prefix-cache-dir", cache_dir]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).status == 200:
+                return p
+        except Exception:
+            time.sleep(0.2)
+    p.kill()
+    sys.exit("the server did not become ready: " + p.stderr.read().decode())
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def ask(port, prompt):
+    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.time()
+    ttft, text, usage = None, "", None
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for c in chunk.get("choices", []):
+                if c.get("text") and ttft is None:
+                    ttft = time.time() - t0
+                text += c.get("text", "")
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+    return ttft, text, usage
+
+
+def main():
+    snug, model = sys.argv[1], sys.argv[2]
+    lines = int(os.environ.get("LINES", "170"))
+    doc = document(lines)
+    q1 = doc + "\n// Question: which function divides by 5? Answer: price_"
+    q2 = doc + "\n// Question: what does price_7 add to the unit price? Answer:"
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "kv")
+        rows = []
+        for label, prompt in [("cold", q1), ("after restart", q1), ("new question, after restart", q2)]:
+            port = free_port()
+            p = start(snug, model, cache, port)
+            ttft, text, usage = ask(port, prompt)
+            stop(p)
+            rows.append((label, ttft, text, usage))
+            print(f"{label:28} ttft {ttft:7.2f} s  prompt {usage['prompt_tokens']} cached "
+                  f"{usage['prompt_tokens_details']['cached_tokens']}  {text!r}", flush=True)
+        cold = rows[0][1]
+        print(f"after restart: {100 * rows[1][1] / cold:.1f}% of cold; new question: "
+              f"{100 * rows[2][1] / cold:.1f}% of cold; same text: {rows[1][2] == rows[0][2]}")
+        files = [f for f in os.listdir(cache) if f.endswith(".kv")]
+        size = sum(os.path.getsize(os.path.join(cache, f)) for f in files)
+        print(f"disk tier: {len(files)} files, {size / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
