@@ -8,7 +8,8 @@ answers' text and cached_tokens beside them.
 
 Each request streams /v1/completions (greedy, 16 tokens, usage included); time to first token is
 from sending the request to the first chunk with text. Standard library only. Record the figures
-in BENCHMARKS.md with the CPU and the machine's load.
+in BENCHMARKS.md with the CPU and the machine's load. LINES (170: ~6k tokens) sizes the document
+and CTX (8192) the server's context: LINES=460 CTX=20480 is the 16k-token agent case.
 """
 
 import json
@@ -39,7 +40,8 @@ def free_port():
 
 
 def start(snug, model, cache_dir, port):
-    args = [snug, "serve", model, "--port", str(port), "--ctx", "8192", "--parallel", "1",
+    ctx = os.environ.get("CTX", "8192")
+    args = [snug, "serve", model, "--port", str(port), "--ctx", ctx, "--parallel", "1",
             "--threads", "2", "--prefix-cache-dir", cache_dir]
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0 = time.time()
