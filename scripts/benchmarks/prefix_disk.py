@@ -9,7 +9,7 @@ answers' text and cached_tokens beside them.
 Each request streams /v1/completions (greedy, 16 tokens, usage included); time to first token is
 from sending the request to the first chunk with text. Standard library only. Record the figures
 in BENCHMARKS.md with the CPU and the machine's load. LINES (170: ~6k tokens) sizes the document
-and CTX (8192) the server's context: LINES=460 CTX=20480 is the 16k-token agent case.
+and CTX (8192) the server's context: LINES=340 CTX=20480 is the 16k-token agent case (about 16.2k tokens on qwen2.5-coder-1.5b).
 """
 
 import json
