@@ -211,7 +211,7 @@ pub fn run(cmd: RunCmd) -> anyhow::Result<()> {
                         .filter_map(|x| x.pointer("/function/name")?.as_str().map(String::from))
                         .collect();
                     calls = Some((format, names));
-                    m.tok.encode_chat(&t.render_prompt(&user, list, true)?)
+                    m.tok.encode_chat(&t.render_prompt(&m.tok, &user, list, true)?)
                 }
             };
             (tokens, cmd.n_predict.unwrap_or(cmd_chat::ANSWER_TOKENS))

@@ -124,7 +124,13 @@ impl AppState {
         })?;
         chat.fit(template).map_err(|e| ApiError::bad_request(style, e))?;
         let prompt = template
-            .render_prompt_thinking(messages, &chat.tools, true, chat.template_thinking(template))
+            .render_prompt_thinking(
+                &self.tok,
+                messages,
+                &chat.tools,
+                true,
+                chat.template_thinking(template),
+            )
             .map_err(|e| {
                 ApiError::bad_request(style, format!("{e}; check the messages' roles and order"))
             })?;
@@ -134,11 +140,11 @@ impl AppState {
     }
 
     /// Refuses (400) a client string the template would pass to the tokenizer as markup that
-    /// holds a control token's text (`<|im_start|>`): every string outside the message
-    /// contents (names, tool definitions, tool calls and their arguments, reasoning, any other
-    /// field), and the contents too when the template's render could not be lined up (then
-    /// nothing is tokenized as text). Only the contents of a lined-up prompt may hold such
-    /// text; they are tokenized as text. One Aho–Corasick pass over the strings.
+    /// holds a control token's text (`<|im_start|>`). When the render was lined up, every
+    /// client string (contents, tool definitions, tool calls and their arguments, reasoning)
+    /// is tokenized as text, and only object keys, which are never marked, are refused; when
+    /// it was not (a template that transforms or tests such a string), every string is.
+    /// One Aho–Corasick pass over the strings.
     fn check_control_text(
         &self,
         style: Style,
@@ -164,13 +170,14 @@ impl AppState {
                 }
             }
             for (k, v) in &m.extra {
-                if let Some(t) = control_text_in_json(&self.tok, v) {
+                let found = self.tok.control_text_in(k);
+                if let Some(t) = found.or_else(|| control_text_in_json(&self.tok, v, aligned)) {
                     return refuse(format!("messages[{i}].{k}"), t);
                 }
             }
         }
         for (i, v) in tools.iter().enumerate() {
-            if let Some(t) = control_text_in_json(&self.tok, v) {
+            if let Some(t) = control_text_in_json(&self.tok, v, aligned) {
                 return refuse(format!("tools[{i}]"), t);
             }
         }
@@ -355,15 +362,16 @@ impl AppState {
     }
 }
 
-/// The control-token text any string (or object key) of `v` holds, if any.
+/// The control-token text any string (or object key; only keys when `keys_only`) of `v` holds.
 fn control_text_in_json<'t>(
     tok: &'t tokenizer::Tokenizer,
     v: &serde_json::Value,
+    keys_only: bool,
 ) -> Option<&'t str> {
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {
         match v {
-            serde_json::Value::String(s) => {
+            serde_json::Value::String(s) if !keys_only => {
                 if let Some(t) = tok.control_text_in(s) {
                     return Some(t);
                 }

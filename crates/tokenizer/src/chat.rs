@@ -170,29 +170,35 @@ impl ChatTemplate {
         self.render_with_tools(messages, &[], add_generation_prompt)
     }
 
-    /// [`ChatTemplate::render_with_tools`]'s prompt, and the byte ranges in it that are message
-    /// contents, for [`Tokenizer::encode_chat`] (which tokenizes them as text).
+    /// [`ChatTemplate::render_with_tools`]'s prompt, and the byte ranges in it that are client
+    /// strings, for [`Tokenizer::encode_chat`] (which tokenizes them as text): every message
+    /// content, and every other string (a tool call's arguments, a tool's description, a
+    /// reasoning text...) that holds the text of one of `tok`'s control tokens.
     ///
-    /// The ranges come from a second render with each non-empty content replaced by a marker
+    /// The ranges come from a second render with each of those strings replaced by a marker
     /// (private-use characters around a random number, checked to occur in no input), lined up
-    /// with the first: the template text between markers must match exactly, and a content
-    /// must appear as given or trimmed (`| trim`, as Gemma's template writes it). A template
-    /// that changes a content otherwise (slices it, changes case) or decides on what it holds
-    /// cannot be lined up; the prompt then has no content ranges and says so
-    /// ([`ChatPrompt::aligned`]).
+    /// with the first: the template text between markers must match exactly, and a string must
+    /// appear as given, trimmed (`| trim`, as Gemma's template writes contents) or escaped as
+    /// inside a JSON string (`| tojson`, as most templates write tool calls and tool
+    /// definitions). A template that changes a string otherwise (slices it, changes case) or
+    /// decides on what it holds cannot be lined up; the prompt then has no ranges and says so
+    /// ([`ChatPrompt::aligned`]). Strings without control text are left in place, so a
+    /// template's tests on them (`tool.type == "function"`) see what the client sent.
     pub fn render_prompt(
         &self,
+        tok: &Tokenizer,
         messages: &[ChatMessage],
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<ChatPrompt, ChatError> {
-        self.render_prompt_thinking(messages, tools, add_generation_prompt, None)
+        self.render_prompt_thinking(tok, messages, tools, add_generation_prompt, None)
     }
 
     /// [`ChatTemplate::render_prompt`] with the template variable `enable_thinking` (which
     /// Qwen3's and the DeepSeek-R1 distills' templates read) set, or left undefined (`None`).
     pub fn render_prompt_thinking(
         &self,
+        tok: &Tokenizer,
         messages: &[ChatMessage],
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
@@ -200,37 +206,42 @@ impl ChatTemplate {
     ) -> Result<ChatPrompt, ChatError> {
         let gen = (add_generation_prompt, enable_thinking);
         let real = self.render_with(messages, tools, gen)?;
-        let marked = self.marked_contents(messages, tools, gen, &real);
+        let marked = self.marked_strings(tok, messages, tools, gen, &real);
         let aligned = marked.is_some();
-        let mut contents = marked.unwrap_or_default();
+        let mut as_text = marked.unwrap_or_default();
         let mut text = real;
         if self.strip_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
             let n = self.bos_token.len();
             text.drain(..n);
-            for r in &mut contents {
+            for r in &mut as_text {
                 *r = r.start.saturating_sub(n)..r.end.saturating_sub(n);
             }
         }
         if self.strip_eos && !self.eos_token.is_empty() && text.ends_with(&self.eos_token) {
             text.truncate(text.len() - self.eos_token.len());
-            for r in &mut contents {
+            for r in &mut as_text {
                 *r = r.start.min(text.len())..r.end.min(text.len());
             }
         }
-        contents.retain(|r| !r.is_empty());
-        Ok(ChatPrompt { text, contents, aligned })
+        as_text.retain(|r| !r.is_empty());
+        Ok(ChatPrompt { text, as_text, aligned })
     }
 
-    /// The contents' ranges in `real` (a render of `messages`), from a render with markers in
-    /// their place; `None` when the two do not line up.
-    fn marked_contents(
+    /// The client strings' ranges in `real` (a render of `messages` and `tools`), from a render
+    /// with markers in their place; `None` when the two do not line up.
+    fn marked_strings(
         &self,
+        tok: &Tokenizer,
         messages: &[ChatMessage],
         tools: &[serde_json::Value],
         gen: (bool, Option<bool>),
         real: &str,
     ) -> Option<Vec<Range<usize>>> {
-        if messages.iter().all(|m| m.content.is_empty()) {
+        let protect = |s: &str| tok.control_text_in(s).is_some();
+        let any_extra = |v: &serde_json::Value| json_strings(v).any(protect);
+        if messages.iter().all(|m| m.content.is_empty() && !m.extra.values().any(any_extra))
+            && !tools.iter().any(any_extra)
+        {
             return Some(Vec::new());
         }
         // A tag that no input holds: the markers are `{tag}{index}\u{F8FF}`.
@@ -246,16 +257,21 @@ impl ChatTemplate {
                 format!("\u{F8FE}{n:016x}:")
             })
             .find(|tag| inputs.iter().all(|i| !i.contains(tag.as_str())))?;
+        let mut marks = Marks { tag: &tag, texts: Vec::new() };
         let marked: Vec<ChatMessage> = messages
             .iter()
-            .enumerate()
-            .map(|(i, m)| {
+            .map(|m| {
                 let content =
-                    if m.content.is_empty() { String::new() } else { format!("{tag}{i}\u{F8FF}") };
-                ChatMessage { content, ..m.clone() }
+                    if m.content.is_empty() { String::new() } else { marks.mark(&m.content) };
+                let extra =
+                    m.extra.iter().map(|(k, v)| (k.clone(), marks.json(v, &protect))).collect();
+                ChatMessage { role: m.role.clone(), content, extra }
             })
             .collect();
-        let marked = self.render_with(&marked, tools, gen).ok()?;
+        let marked_tools: Vec<serde_json::Value> =
+            tools.iter().map(|t| marks.json(t, &protect)).collect();
+        let texts = marks.texts;
+        let marked = self.render_with(&marked, &marked_tools, gen).ok()?;
         // The marked render: template text, then a marker, and so on.
         let mut pieces: Vec<(&str, Option<usize>)> = Vec::new();
         let mut rest = marked.as_str();
@@ -263,7 +279,7 @@ impl ChatTemplate {
             let after = &rest[at + tag.len()..];
             let end = after.find('\u{F8FF}')?;
             let i: usize = after[..end].parse().ok()?;
-            messages.get(i)?;
+            texts.get(i)?;
             pieces.push((&rest[..at], Some(i)));
             rest = &after[end + '\u{F8FF}'.len_utf8()..];
         }
@@ -276,11 +292,15 @@ impl ChatTemplate {
             }
             pos += template.len();
             let Some(i) = marker else { continue };
-            let c = messages[i].content.as_str();
+            let c = texts[i];
+            let mut escaped = String::with_capacity(c.len() + 2);
+            json_string(c, false, &mut escaped);
+            let escaped = &escaped[1..escaped.len() - 1];
             let next = pieces.get(k + 1).map_or("", |p| p.0);
-            let found = [c, c.trim(), c.trim_start(), c.trim_end()].into_iter().find(|form| {
-                real[pos..].starts_with(form) && real[pos + form.len()..].starts_with(next)
-            })?;
+            let found =
+                [c, c.trim(), c.trim_start(), c.trim_end(), escaped].into_iter().find(|form| {
+                    real[pos..].starts_with(form) && real[pos + form.len()..].starts_with(next)
+                })?;
             spans.push(pos..pos + found.len());
             pos += found.len();
         }
@@ -340,20 +360,69 @@ impl ChatTemplate {
     }
 }
 
-/// A rendered chat prompt and where the messages' contents are in it.
+/// A rendered chat prompt and where the client's strings are in it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChatPrompt {
     /// The prompt, as [`ChatTemplate::render_with_tools`] renders it.
     pub text: String,
-    /// Byte ranges of `text` that are message contents: sorted, disjoint, not empty.
-    pub contents: Vec<Range<usize>>,
-    /// Whether the contents were lined up with a marked render. When they were not (a template
-    /// that transforms contents or decides on them), `contents` is empty and the whole text is
-    /// special-parsed: a caller that takes messages from a client must then refuse any message
-    /// text that holds a control token's text ([`crate::Tokenizer::control_text_in`]). The
-    /// contents are never searched for: a search finds a content where the template did not put
-    /// it and misses the transformed ones.
+    /// Byte ranges of `text` that are client strings, to be tokenized as text: sorted, disjoint,
+    /// not empty.
+    pub as_text: Vec<Range<usize>>,
+    /// Whether the client strings were lined up with a marked render. When they were not (a
+    /// template that transforms them or decides on them), `as_text` is empty and the whole text
+    /// is special-parsed: a caller that takes messages from a client must then refuse any string
+    /// that holds a control token's text ([`crate::Tokenizer::control_text_in`]). The strings are
+    /// never searched for: a search finds a string where the template did not put it and misses
+    /// the transformed ones. Object keys are never marked (a template may sort or test them):
+    /// a caller refuses a key that holds control text either way.
     pub aligned: bool,
+}
+
+/// The strings of a JSON value (not its keys), depth first.
+fn json_strings(v: &serde_json::Value) -> impl Iterator<Item = &str> {
+    let mut stack = vec![v];
+    std::iter::from_fn(move || {
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::String(s) => return Some(s.as_str()),
+                serde_json::Value::Array(a) => stack.extend(a.iter().rev()),
+                serde_json::Value::Object(o) => stack.extend(o.values().rev()),
+                _ => {}
+            }
+        }
+        None
+    })
+}
+
+/// The strings a marked render replaced, by marker index.
+struct Marks<'a> {
+    tag: &'a str,
+    texts: Vec<&'a str>,
+}
+
+impl<'a> Marks<'a> {
+    /// The marker that stands for `s`: `{tag}{index}\u{F8FF}`.
+    fn mark(&mut self, s: &'a str) -> String {
+        self.texts.push(s);
+        format!("{}{}\u{F8FF}", self.tag, self.texts.len() - 1)
+    }
+
+    /// `v` with every string that `protect` picks replaced by its marker.
+    fn json(
+        &mut self,
+        v: &'a serde_json::Value,
+        protect: &dyn Fn(&str) -> bool,
+    ) -> serde_json::Value {
+        use serde_json::Value as J;
+        match v {
+            J::String(s) if protect(s) => J::String(self.mark(s)),
+            J::Array(a) => J::Array(a.iter().map(|x| self.json(x, protect)).collect()),
+            J::Object(o) => {
+                J::Object(o.iter().map(|(k, x)| (k.clone(), self.json(x, protect))).collect())
+            }
+            _ => v.clone(),
+        }
+    }
 }
 
 fn raise_exception(msg: String) -> Result<Value, JinjaError> {

@@ -140,13 +140,13 @@ impl Tokenizer {
 
     /// A chat prompt ([`ChatTemplate::render_prompt`]) tokenized with BOS/EOS as
     /// `encode(.., add_special = true, ..)` adds them, the template's own text with special
-    /// parsing and the messages' contents as text: a content that writes a control token's text
-    /// (`<|im_start|>`) gets the text's tokens, never the control token. User-defined tokens
-    /// (Gemma's whitespace runs) are split out of contents as `parse_special = false` does.
-    /// It gives exactly `encode(text, true, true)` unless a control token's text overlaps a
-    /// content.
+    /// parsing and the client's strings as text: a content or a tool call's argument that writes
+    /// a control token's text (`<|im_start|>`) gets the text's tokens, never the control token.
+    /// User-defined tokens (Gemma's whitespace runs) are split out of them as
+    /// `parse_special = false` does. It gives exactly `encode(text, true, true)` unless a
+    /// control token's text overlaps a client string.
     pub fn encode_chat(&self, prompt: &ChatPrompt) -> Vec<u32> {
-        self.encode_parts(&prompt.text, true, true, &prompt.contents)
+        self.encode_parts(&prompt.text, true, true, &prompt.as_text)
     }
 
     /// The text of a control (or unknown) token that `text` holds, if any: with special parsing
