@@ -5,7 +5,8 @@
 //! memory must stay within `snug plan`'s prediction (plus a tenth for request bodies).
 //!
 //! - M4: 600 half-open connections held open (more than `--max-connections` 256): a new
-//!   client and `/health` are answered at once (the oldest half-open ones are evicted).
+//!   client and `/health` are answered at once (the oldest half-open ones are evicted). The
+//!   same with 300 connections that asked once and idle kept-alive.
 //! - H1: 2,048 identical embedding inputs (2,048 × 896 values) are a 400 naming the bound; an
 //!   answer of 1,024 inputs (16+ MB) that its clients stop reading is dropped after
 //!   `--write-timeout`, so their connections do not hold it.
@@ -76,6 +77,12 @@ fn the_second_audits_triggers_leave_service_for_others() {
         .expect("the evictions are counted");
     assert!(evicted >= 344.0, "{evicted} evicted:\n{m}");
     drop(half_open);
+
+    // M4 again: 300 connections that each ask once (kept alive) and then idle, held while the
+    // plain chat and /health are asked: the oldest idle ones make room.
+    let idle: Vec<TcpStream> = (0..300).map(|_| asked_once(port)).collect();
+    oracle.check(&s, "300 idle kept-alive connections");
+    drop(idle);
 
     // H1: an answer bounded by values, not by inputs.
     let dup = json!({"input": vec!["a"; 2048]}).to_string();
@@ -196,4 +203,30 @@ fn the_second_audits_triggers_leave_service_for_others() {
     let a = read_answer(send(port, "/v1/chat/completions", &own, PLAIN.as_bytes()));
     assert_eq!(a.status, 200, "{}", a.body);
     oracle.check(&s, "a rebound page");
+}
+
+/// A kept-alive connection that has asked `/health` once and read its whole answer.
+fn asked_once(port: u16) -> TcpStream {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = c.read(&mut buf).expect("the health answer arrives");
+        assert!(n > 0, "closed before answering: {}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else { continue };
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .expect("a sized answer");
+        if body.len() >= len {
+            return c;
+        }
+    }
 }

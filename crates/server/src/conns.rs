@@ -1,15 +1,18 @@
 //! Who holds the server's connections: the open connections in the order they were accepted,
-//! which of them have not sent a request head yet, and how many each remote address holds.
+//! which of them are waiting for a request head (their first, or the next one on a kept-alive
+//! connection), and how many each remote address holds.
 //!
 //! Design: at `--max-connections` a new connection does not lose to the ones already open. The
 //! oldest connection that is still waiting for its first request head is evicted (closed
-//! without an answer: it has not asked anything) and the new one takes its place, so a flood
-//! of half-open sockets can delay a real client by one accept, never lock it (or a liveness
-//! probe) out. Only when every open connection has sent a request (each is being answered, or
-//! idles kept-alive under the header timeout) is the new one refused with 503. A peer that is
-//! not loopback may hold at most `--max-connections-per-peer` of them, so one remote machine
-//! cannot evict everyone else's fresh connections; loopback peers are exempt (a reverse proxy
-//! on the same host speaks for many clients).
+//! without an answer: it has not asked anything); failing that, the oldest kept-alive one that
+//! is idle between requests (HTTP lets a server close an idle connection at any time; clients
+//! open a new one). The new one takes its place, so a flood of half-open sockets, or of
+//! connections that ask once and then idle, can delay a real client by one accept, never lock
+//! it (or a liveness probe) out. Only when every open connection is being answered is the new
+//! one refused with 503. A peer that is not loopback may hold at most
+//! `--max-connections-per-peer` of them, so one remote machine cannot evict everyone else's
+//! waiting connections; loopback peers are exempt (a reverse proxy on the same host speaks for
+//! many clients).
 //!
 //! Cost: one short mutex section per accept and per close (a map insert/remove); an eviction
 //! scans the open connections in age order, at most `--max-connections` entries, and only
@@ -17,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -41,14 +44,44 @@ struct Inner {
 
 struct Entry {
     peer: IpAddr,
-    fresh: Arc<AtomicBool>,
+    state: Arc<State>,
     evict: Arc<Notify>,
+}
+
+/// Where a connection is in its life: waiting for its first request head, answering, or idle
+/// between requests. Set by the transport, read at the cap.
+#[derive(Default)]
+pub struct State(AtomicU8);
+
+const FRESH: u8 = 0;
+const BUSY: u8 = 1;
+const IDLE: u8 = 2;
+
+impl State {
+    /// A request head arrived: not evictable until its answer is done.
+    pub fn busy(&self) {
+        self.0.store(BUSY, Ordering::Release);
+    }
+
+    /// The answer was sent (or given up): waiting for the next request head.
+    pub fn idle(&self) {
+        self.0.store(IDLE, Ordering::Release);
+    }
+
+    /// Still waiting for its first request head.
+    pub fn is_fresh(&self) -> bool {
+        self.is(FRESH)
+    }
+
+    fn is(&self, s: u8) -> bool {
+        self.0.load(Ordering::Acquire) == s
+    }
 }
 
 /// Why a connection was not admitted.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// Every open connection has sent a request: none may be evicted.
+    /// Every open connection is being answered: none may be evicted.
     Full,
     /// This (non-loopback) peer already holds its share.
     PeerFull,
@@ -58,8 +91,8 @@ pub enum Refusal {
 pub struct Held {
     conns: Arc<Conns>,
     id: u64,
-    /// True until the connection's first request head arrives.
-    pub fresh: Arc<AtomicBool>,
+    /// Fresh, busy or idle (see [`State`]).
+    pub state: Arc<State>,
     /// Notified when a newer connection took this one's place.
     pub evict: Arc<Notify>,
     /// Whether admitting this connection evicted another.
@@ -77,7 +110,8 @@ impl Conns {
         })
     }
 
-    /// Admits a connection from `peer`, evicting the oldest fresh connection at the cap.
+    /// Admits a connection from `peer`, evicting at the cap the oldest fresh connection, else
+    /// the oldest idle one (this peer's own first).
     pub fn admit(self: &Arc<Conns>, peer: IpAddr) -> Result<Held, Refusal> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mine = g.by_peer.get(&peer).copied().unwrap_or(0);
@@ -86,14 +120,18 @@ impl Conns {
         }
         let mut evicted_one = false;
         if g.open.len() >= self.max {
-            // Prefer evicting this same peer's own oldest fresh connection, then anyone's.
-            let oldest = |same: bool| {
+            // Prefer this same peer's own oldest waiting connection, then anyone's; a fresh one
+            // (it asked nothing) before an idle one.
+            let oldest = |state: u8, same: bool| {
                 g.open
                     .iter()
-                    .find(|(_, e)| e.fresh.load(Ordering::Acquire) && (!same || e.peer == peer))
+                    .find(|(_, e)| e.state.is(state) && (!same || e.peer == peer))
                     .map(|(id, _)| *id)
             };
-            let Some(id) = oldest(true).or_else(|| oldest(false)) else {
+            let Some(id) = [(FRESH, true), (FRESH, false), (IDLE, true), (IDLE, false)]
+                .into_iter()
+                .find_map(|(state, same)| oldest(state, same))
+            else {
                 return Err(Refusal::Full);
             };
             let e = g.open.remove(&id).expect("found above");
@@ -103,11 +141,11 @@ impl Conns {
         }
         let id = g.next;
         g.next += 1;
-        let fresh = Arc::new(AtomicBool::new(true));
+        let state = Arc::new(State::default());
         let evict = Arc::new(Notify::new());
-        g.open.insert(id, Entry { peer, fresh: fresh.clone(), evict: evict.clone() });
+        g.open.insert(id, Entry { peer, state: state.clone(), evict: evict.clone() });
         *g.by_peer.entry(peer).or_insert(0) += 1;
-        Ok(Held { conns: self.clone(), id, fresh, evict, evicted_one })
+        Ok(Held { conns: self.clone(), id, state, evict, evicted_one })
     }
 
     /// Connections open now.
@@ -163,7 +201,7 @@ mod tests {
         let a = c.admit(LOCAL).unwrap();
         let b = c.admit(LOCAL).unwrap();
         let d = c.admit(LOCAL).unwrap();
-        a.fresh.store(false, Ordering::Release); // a sent its request: not evictable
+        a.state.busy(); // a sent its request: not evictable while it is answered
         let e = c.admit(LOCAL).unwrap();
         assert!(e.evicted_one);
         assert_eq!(c.open(), 3);
@@ -173,10 +211,34 @@ mod tests {
         drop(b); // its entry is already gone: nothing else is released
         assert_eq!(c.open(), 3);
         for h in [&d, &e] {
-            h.fresh.store(false, Ordering::Release);
+            h.state.busy();
         }
         assert_eq!(c.admit(LOCAL).err(), Some(Refusal::Full));
         drop((a, d, e));
+        assert_eq!(c.open(), 0);
+    }
+
+    #[test]
+    fn idle_kept_alive_connections_make_room_after_fresh_ones() {
+        let c = Conns::new(3, 8);
+        let (a, b, d) = (c.admit(LOCAL).unwrap(), c.admit(LOCAL).unwrap(), c.admit(LOCAL).unwrap());
+        for h in [&a, &b] {
+            h.state.busy();
+            h.state.idle(); // answered, kept alive
+        }
+        // d never asked: it goes first, though a and b are older.
+        let e = c.admit(LOCAL).unwrap();
+        assert!(futures_util::FutureExt::now_or_never(d.evict.notified()).is_some());
+        e.state.busy();
+        // Then the oldest idle one, a; b asks again meanwhile and is kept.
+        b.state.busy();
+        let f = c.admit(LOCAL).unwrap();
+        assert!(f.evicted_one);
+        assert!(futures_util::FutureExt::now_or_never(a.evict.notified()).is_some());
+        assert!(futures_util::FutureExt::now_or_never(b.evict.notified()).is_none());
+        f.state.busy();
+        assert_eq!(c.admit(LOCAL).err(), Some(Refusal::Full));
+        drop((a, b, d, e, f));
         assert_eq!(c.open(), 0);
     }
 

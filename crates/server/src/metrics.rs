@@ -393,9 +393,9 @@ impl Metrics {
             "memory_pressure_events": "Reactions of the memory governor to the budget"
                 => pressure_events,
             "adapter_requests_by_name": "Generation requests by LoRA adapter" => adapter_requests,
-            "connections_refused": "Connections answered 503 and closed at once: --max-connections were open and each had sent a request, or --max-connections-per-peer"
+            "connections_refused": "Connections answered 503 and closed at once: --max-connections were open and each was being answered, or --max-connections-per-peer"
                 => connections_refused,
-            "connections_evicted": "Connections that had sent no request yet, closed at --max-connections to make room for a new one"
+            "connections_evicted": "Connections waiting for a request head (their first, or the next one kept alive), closed at --max-connections to make room for a new one"
                 => connections_evicted,
             "expert_cache_hits": "Chosen experts the expert cache held (a streamed mixture of experts)"
                 => expert(|s| &s.hits),

@@ -5,10 +5,12 @@
 //! live (axum's own `serve` builds hyper without a timer, which silently disables it). The
 //! timer starts whenever the connection waits for a request head, so the same limit bounds a
 //! kept-alive connection's idle time between requests. Open connections are registered in
-//! [`Conns`] before a connection is served: at the cap the oldest connection that has not sent
-//! a request head is closed for the new one, so half-open sockets cannot lock out clients or
-//! probes; only when every open connection is in use does a new one get an immediate `503`
-//! with `Retry-After` and is closed, never read. Writes go through [`WriteStall`], so an answer
+//! [`Conns`] before a connection is served, and marked busy from a request's head until its
+//! answer's body is done or dropped: at the cap the oldest connection that has not sent a
+//! request head (else the oldest idle kept-alive one) is closed for the new one, so half-open
+//! or idling sockets cannot lock out clients or probes; only when every open connection is
+//! being answered does a new one get an immediate `503` with `Retry-After` and is closed,
+//! never read. Writes go through [`WriteStall`], so an answer
 //! the client stops reading is dropped after `write_timeout`. A request
 //! body is wrapped in [`Deadline`], which fails the body's read once the whole body has taken
 //! longer than the body timeout since its head arrived.
@@ -18,7 +20,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,7 +33,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::conns::{Conns, Refusal};
+use crate::conns::{Conns, Refusal, State};
 use crate::stall::WriteStall;
 
 /// The transport's limits.
@@ -85,28 +86,66 @@ pub struct Counts {
     pub evicted: prometheus_client::metrics::counter::Counter,
 }
 
-/// A connection's service: `app`, noting on the connection's registry entry that its first
-/// request head arrived (from then on it is not evicted for a newer connection).
+/// A connection's service: `app`, noting on the connection's registry entry that a request
+/// head arrived (it is not evicted for a newer connection while it is answered) and, through
+/// [`Answered`], when its answer is done.
 #[derive(Clone)]
 struct Marked {
     inner: TowerToHyperService<Router>,
-    fresh: Arc<AtomicBool>,
+    state: Arc<State>,
 }
 
-impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Marked {
-    type Response = <TowerToHyperService<Router> as hyper::service::Service<
-        hyper::Request<hyper::body::Incoming>,
-    >>::Response;
-    type Error = <TowerToHyperService<Router> as hyper::service::Service<
-        hyper::Request<hyper::body::Incoming>,
-    >>::Error;
-    type Future = <TowerToHyperService<Router> as hyper::service::Service<
-        hyper::Request<hyper::body::Incoming>,
-    >>::Future;
+type Inner = TowerToHyperService<Router>;
+type Req = hyper::Request<hyper::body::Incoming>;
 
-    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
-        self.fresh.store(false, Ordering::Release);
-        hyper::service::Service::call(&self.inner, req)
+impl hyper::service::Service<Req> for Marked {
+    type Response = hyper::Response<Body>;
+    type Error = <Inner as hyper::service::Service<Req>>::Error;
+    type Future = futures_util::future::MapOk<
+        <Inner as hyper::service::Service<Req>>::Future,
+        Box<dyn FnOnce(hyper::Response<Body>) -> hyper::Response<Body> + Send>,
+    >;
+
+    fn call(&self, req: Req) -> Self::Future {
+        use futures_util::TryFutureExt;
+        self.state.busy();
+        let state = self.state.clone();
+        let answered: Box<dyn FnOnce(hyper::Response<Body>) -> hyper::Response<Body> + Send> =
+            Box::new(move |r| r.map(|inner| Body::new(Answered { inner, state })));
+        hyper::service::Service::call(&self.inner, req).map_ok(answered)
+    }
+}
+
+/// An answer's body that marks its connection idle when hyper is done with it (sent whole, or
+/// dropped when the client went away).
+struct Answered {
+    inner: Body,
+    state: Arc<State>,
+}
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.state.idle();
+    }
+}
+
+impl http_body::Body for Answered {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -155,7 +194,7 @@ pub async fn serve(
         }
         let _ = stream.set_nodelay(true);
         let svc =
-            Marked { inner: TowerToHyperService::new(app.clone()), fresh: held.fresh.clone() };
+            Marked { inner: TowerToHyperService::new(app.clone()), state: held.state.clone() };
         let (builder, mut stop_rx) = (builder.clone(), stop_rx.clone());
         let io = TokioIo::new(WriteStall::new(stream, limits.write_timeout));
         tokio::spawn(async move {
@@ -163,8 +202,15 @@ pub async fn serve(
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                // A newer connection took this one's place before it asked anything.
-                _ = held.evict.notified() => {}
+                // A newer connection took this one's place while it waited for a request head.
+                // One that never asked is closed at once; an idle one may still be flushing
+                // its last answer, so it is closed as hyper closes an idle connection, boundedly.
+                _ = held.evict.notified() => {
+                    if !held.state.is_fresh() {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(EVICT_FLUSH, conn).await;
+                    }
+                }
                 _ = async { stop_rx.wait_for(|s| *s).await.is_ok() } => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
@@ -178,6 +224,10 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(5), conns.all_closed()).await;
     Ok(())
 }
+
+/// How long an evicted connection may take to flush what it had sent (its place is already
+/// the new connection's).
+const EVICT_FLUSH: Duration = Duration::from_secs(1);
 
 /// Seconds a refused request's body is read for at most, before the refusal is sent.
 pub const DRAIN_WITHIN: Duration = Duration::from_secs(5);
