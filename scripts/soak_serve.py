@@ -43,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -267,10 +268,11 @@ def client(port, seed, until, stats, n_ctx):
             stats.add("transport", "FAIL", repr(e))
 
 
-def hostile_client(port, seed, until, stats):
-    """Loops over the hostile corpus (shuffled), with a few slowloris connections in between."""
+def hostile_client(port, model, seed, until, stats):
+    """Loops over the hostile corpus (shuffled), with a few slowloris connections, abandoned fat
+    bodies and connections idling kept-alive past the connection cap in between."""
     rng = random.Random(seed)
-    entries = hostile_corpus.corpus()
+    entries = hostile_corpus.corpus(model)
     while time.monotonic() < until:
         rng.shuffle(entries)
         for e in entries:
@@ -286,6 +288,8 @@ def hostile_client(port, seed, until, stats):
             else:
                 stats.add("hostile", "FAIL", f"{e[0]}: status {status}: {body[:120]!r}")
         hostile_corpus.slowloris(port, 8, 5)
+        hostile_corpus.abandon(port, 20)
+        hostile_corpus.kept_idle(port, 300, 5)
 
 
 def percentile(xs, q):
@@ -320,7 +324,9 @@ def main():
         cg_write(cg, "cgroup.procs", os.getpid())
 
     cmd = [a.snug, "serve", a.model, "--port", str(a.port), "--parallel", str(a.parallel),
-           "--ctx", str(a.ctx), "--threads", "2"]
+           "--ctx", str(a.ctx), "--threads", "2",
+           # A fresh disk tier each run, so that one soak does not start from another's blocks.
+           "--prefix-cache-dir", tempfile.mkdtemp(prefix="soak-kv-")]
     log = open(f"/tmp/soak-serve-{os.getpid()}.log", "w")
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=enter_cgroup)
     try:
@@ -365,7 +371,7 @@ def main():
         ts = [threading.Thread(target=client, args=(a.port, i, until, stats, n_ctx))
               for i in range(a.clients)]
         hostile = Stats()
-        ts += [threading.Thread(target=hostile_client, args=(a.port, 500 + i, until, hostile))
+        ts += [threading.Thread(target=hostile_client, args=(a.port, os.path.basename(a.model).removesuffix(".gguf"), 500 + i, until, hostile))
                for i in range(a.hostile)]
         [t.start() for t in ts]
         peak = 0
