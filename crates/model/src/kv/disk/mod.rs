@@ -5,9 +5,9 @@
 //! Design. A block is written when the prefix cache takes it (write-through, so a crash or a
 //! kill loses nothing already written) and, if it is not on disk by then, when it is evicted
 //! from RAM. The scheduler thread only copies the block's bytes (`[n_layer][block_bytes]`) into
-//! one of a fixed set of buffers made at open and hands it to the tier's writer thread over a
-//! bounded queue ([`QUEUE_BYTES`]); with no buffer free (the queue full) the block is not
-//! written (counted as skipped), so a stream's step never waits for the disk nor allocates.
+//! one of a fixed set of buffers made resident at open and hands it to the tier's writer thread
+//! over a bounded queue ([`QUEUE_BYTES`]); with no buffer free (the queue full) the block is
+//! not written (counted as skipped), so a stream's step never waits for the disk nor allocates.
 //! Blocks skipped so are offered again when the scheduler goes idle. Reads run on the tier's
 //! reader thread ([`reader`]): at admission, past the RAM cache's longest match, the owner asks
 //! for the rest of the prompt's chain ([`DiskTier::request`], when the next block may be on
@@ -21,7 +21,8 @@
 //! 12 KiB a token, so a 32-token block is 384 KiB, some tens of µs); the I/O and its CRC run on
 //! the tier's threads, so running streams keep stepping while blocks load (times in
 //! BENCHMARKS.md). Memory: the write buffers ([`QUEUE_BYTES`] of blocks, at least two) and the
-//! read buffers ([`reader::READ_BYTES`], at least two): [`heap_bytes`], which the plan counts.
+//! read buffers ([`reader::READ_BYTES`], at least two), resident from the start so the peak
+//! does not depend on the disk's traffic: [`heap_bytes`], which the plan counts.
 //! A write error (full disk, read-only directory) turns writing off with one warning; reads go
 //! on, and every failed read is a recomputation, never a failed request.
 
@@ -40,7 +41,7 @@ pub use reader::{Arrival, Pending, ReadTicket};
 pub use store::{BlockKey, DiskStats, Store};
 
 /// Bytes of blocks waiting for the writer at most (at least two blocks).
-pub const QUEUE_BYTES: usize = 32 << 20;
+pub const QUEUE_BYTES: usize = 16 << 20;
 /// How long a prompt waits for its blocks from disk by default; the rest of it is computed.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// Directory budget when none is given.
@@ -120,7 +121,7 @@ impl DiskTier {
         let (tx, rx) = mpsc::sync_channel::<(BlockKey, Vec<u8>)>(queue_blocks(payload) - 1);
         let (free_tx, free) = mpsc::sync_channel(queue_blocks(payload));
         for _ in 0..queue_blocks(payload) {
-            let _ = free_tx.try_send(vec![0; payload]);
+            let _ = free_tx.try_send(reader::resident(payload));
         }
         let writing = Arc::new(AtomicBool::new(true));
         let (st, on, dir, left) = (store.clone(), writing.clone(), cfg.dir.clone(), stats.clone());
