@@ -13,7 +13,8 @@ and CTX (8192) the server's context: LINES=340 CTX=20480 is the 16k-token agent 
 ROWS (cold,restart,question) picks the rows; `evict` is one server that reads the prompt, then
 a second user's prompt as long (another document), then the prompt again, whose blocks the
 second one evicted from RAM: they come back from disk. CACHE_DIR keeps the tier there across
-runs (default: a temporary folder). CGROUP=3G runs every server in a fresh cgroup-v1 memory
+runs (default: a temporary folder). TIMEOUT (600) is the client's read timeout in seconds:
+nothing arrives during a prefill. CGROUP=3G runs every server in a fresh cgroup-v1 memory
 cgroup of that limit (root, /sys/fs/cgroup/memory).
 """
 
@@ -82,7 +83,7 @@ def ask(port, prompt):
                                  headers={"Content-Type": "application/json"})
     t0 = time.time()
     ttft, text, usage = None, "", None
-    with urllib.request.urlopen(req, timeout=600) as r:
+    with urllib.request.urlopen(req, timeout=int(os.environ.get("TIMEOUT", "600"))) as r:
         for line in r:
             line = line.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
