@@ -51,7 +51,7 @@ impl PrefixDiskArgs {
                 cache_home().join(format!("{stem}-{identity:016x}"))
             }
         };
-        Ok(Some(DiskConfig { dir, budget: self.prefix_cache_disk, identity }))
+        Ok(Some(DiskConfig::new(dir, self.prefix_cache_disk, identity)))
     }
 }
 

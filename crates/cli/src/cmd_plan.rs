@@ -248,7 +248,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     if req.prefix_disk {
         println!(
             "prefix cache: in RAM, the KV pool's free blocks; on disk, at most {} in {} \
-             ({} a 32-token block), its queue and buffers {} (in the arena above)",
+             ({} a 32-token block), its write queue and read buffers {} (in the arena above)",
             fmt_bytes(a.prefix_disk.prefix_cache_disk),
             a.prefix_disk.prefix_cache_dir.as_ref().map_or_else(
                 || crate::cmd_cache::cache_home().display().to_string(),

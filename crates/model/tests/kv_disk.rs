@@ -40,7 +40,7 @@ fn blocks_come_back_after_a_restart_with_the_same_bytes_under_the_same_key_only(
     let m = tiny();
     let cfg = &m.config;
     let dir = scratch_dir("kv-disk-restart");
-    let disk = DiskConfig { dir: dir.clone(), budget: 1 << 30, identity: 11 };
+    let disk = DiskConfig::new(dir.clone(), 1 << 30, 11);
     for (i, kv_type) in [KvType::F16, KvType::Q4].into_iter().enumerate() {
         let p = ContextParams { n_ctx: 256, kv_k: kv_type, kv_v: kv_type, ..params(2) };
         let toks: Vec<u32> = (0..3 * BLOCK_TOKENS as u32 + 5).collect();
@@ -80,7 +80,7 @@ fn blocks_evicted_from_ram_are_read_back_from_disk() {
     let m = tiny();
     let cfg = &m.config;
     let dir = scratch_dir("kv-disk-evict");
-    let disk = DiskConfig { dir: dir.clone(), budget: 1 << 30, identity: 11 };
+    let disk = DiskConfig::new(dir.clone(), 1 << 30, 11);
     // One sequence of 256 positions: 8 blocks per layer (and a few spare).
     let p = ContextParams { n_ctx: 256, ..params(1) };
     let (mut kv, stats) = cache(cfg, &p, &disk);

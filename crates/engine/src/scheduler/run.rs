@@ -1,7 +1,11 @@
 //! The scheduler thread's loop: between steps it takes new jobs off the channel into free
-//! slots (admission: sampler, adapters, prefix-cache hit), drops those whose client left, honours
-//! a shed or a close, then runs one step ([`Scheduler::step`], in `pass`). A job leaves through
-//! [`Scheduler::release`], which frees its slot, KV blocks, adapters and place.
+//! slots (admission: sampler, adapters, prefix-cache hit), takes in the blocks the prefix
+//! cache's disk tier has read for jobs that wait for them, drops those whose client left,
+//! honours a shed or a close, then runs one step ([`Scheduler::step`], in `pass`). A job whose
+//! prefix may be on disk waits in its slot, outside the steps, until its blocks are in or its
+//! read deadline passes (`model::kv::KvCache::prefix_restore_poll`); the running streams step
+//! meanwhile. A job leaves through [`Scheduler::release`], which frees its slot, KV blocks,
+//! adapters and place.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,6 +38,8 @@ pub(super) struct Scheduler {
     pub(super) slots: Vec<Option<Seq>>,
     /// Slots in admission order (prefill goes oldest first).
     pub(super) order: VecDeque<usize>,
+    /// Slots whose prefix is being read from disk: not stepped until it is in.
+    pub(super) restoring: Vec<usize>,
     pub(super) batch: Batch,
     /// Slot of each output row of the batch.
     pub(super) rows: Vec<usize>,
@@ -77,6 +83,7 @@ impl Scheduler {
             opts,
             slots: (0..n_seq).map(|_| None).collect(),
             order: VecDeque::new(),
+            restoring: Vec::new(),
             batch: Batch::default(),
             rows: Vec::new(),
             progress: Vec::new(),
@@ -115,6 +122,7 @@ impl Scheduler {
                 return;
             }
             self.shed_if_asked();
+            self.take_restored();
             self.drop_cancelled();
             if self.life.closing.load(Ordering::Acquire) {
                 self.abort_all();
@@ -133,7 +141,7 @@ impl Scheduler {
     /// Ends every running sequence and every waiting job with [`FinishReason::Aborted`]: the
     /// text so far and a final event, so each client sees a well-formed end.
     fn abort_all(&mut self) {
-        let running: Vec<usize> = self.order.iter().copied().collect();
+        let running: Vec<usize> = self.order.iter().chain(&self.restoring).copied().collect();
         for s in running {
             if let Some(q) = self.release(s) {
                 let _ = q.job.events.send(Event::Done(q.finish(FinishReason::Aborted)));
@@ -195,7 +203,8 @@ impl Scheduler {
                 Ok(j) => self.waiting.push_back(j),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    if self.order.is_empty() && self.waiting.is_empty() {
+                    if self.order.is_empty() && self.waiting.is_empty() && self.restoring.is_empty()
+                    {
                         return false;
                     }
                     break;
@@ -208,7 +217,7 @@ impl Scheduler {
             self.counters.queued.dec();
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
         }
-        if self.order.is_empty() && self.waiting.is_empty() {
+        if self.order.is_empty() && self.waiting.is_empty() && self.restoring.is_empty() {
             // Idle: cached blocks the disk tier skipped while busy get another chance.
             self.ctx.kv.prefix_spill();
             match self.rx.recv() {
@@ -271,9 +280,12 @@ impl Scheduler {
         let hit = if job.is_embedding() {
             0
         } else {
-            self.ctx.kv.prefix_adopt(slot, &job.req.prompt, job.req.adapters.salt)
+            self.ctx.kv.prefix_adopt_start(slot, &job.req.prompt, job.req.adapters.salt)
         };
-        self.counters.prefix_hit_tokens.inc_by(hit as u64);
+        let restoring = self.ctx.kv.prefix_restoring(slot);
+        if !restoring {
+            self.counters.prefix_hit_tokens.inc_by(hit as u64);
+        }
         let drafts = self.opts.draft && job.req.draft && !job.is_embedding();
         let seq = Seq {
             draft: drafts.then(|| Draft::new(&job.req.prompt)),
@@ -302,15 +314,45 @@ impl Scheduler {
         };
         // Nothing below can panic: the slot is taken only once the sequence is whole.
         self.slots[slot] = Some(seq);
-        self.order.push_back(slot);
+        if restoring {
+            self.restoring.push(slot);
+        } else {
+            self.order.push_back(slot);
+        }
         self.counters.running.inc();
+    }
+
+    /// Takes in the blocks read from disk for the slots waiting for them, and starts those
+    /// whose restore has ended on what it brought. Waits a little (at most 10 ms) for blocks
+    /// when nothing else could run.
+    fn take_restored(&mut self) {
+        if self.restoring.is_empty() {
+            return;
+        }
+        // Nothing to step: the jobs waiting (if any) have no free slot.
+        let wait = if self.order.is_empty() { Duration::from_millis(10) } else { Duration::ZERO };
+        self.ctx.kv.prefix_restore_poll(wait);
+        let mut i = 0;
+        while i < self.restoring.len() {
+            let slot = self.restoring[i];
+            if self.ctx.kv.prefix_restoring(slot) {
+                i += 1;
+                continue;
+            }
+            self.restoring.swap_remove(i);
+            let held = self.ctx.kv.seq_len(slot);
+            if let Some(q) = self.slots[slot].as_mut() {
+                (q.n_past, q.n_cached) = (held, held);
+                self.counters.prefix_hit_tokens.inc_by(held as u64);
+                self.order.push_back(slot);
+            }
+        }
+        self.publish_blocks();
     }
 
     /// Frees the slot (and at once its KV blocks) of every job whose client went away.
     fn drop_cancelled(&mut self) {
-        let gone: Vec<usize> = self
-            .order
-            .iter()
+        let gone: Vec<usize> = (self.order.iter().chain(&self.restoring))
             .copied()
             .filter(|&s| self.slots[s].as_ref().is_some_and(|q| q.job.events.is_closed()))
             .collect();
@@ -324,6 +366,7 @@ impl Scheduler {
         let q = self.slots[slot].take()?;
         self.life.observe_job(q.admitted.elapsed().as_secs_f64());
         self.order.retain(|&s| s != slot);
+        self.restoring.retain(|&s| s != slot);
         self.counters.running.dec();
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
         // Guarded: after a panic in a step the KV cache may be half-updated, and freeing it

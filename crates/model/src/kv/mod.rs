@@ -16,6 +16,7 @@ pub mod disk;
 pub mod format;
 pub mod pool;
 pub mod prefix;
+mod restore;
 pub mod rotate;
 mod view;
 
@@ -184,6 +185,8 @@ pub struct KvCache {
     /// Full blocks kept for sequences that start with the same tokens.
     prefix: PrefixCache,
     seqs: Vec<Option<SeqKv>>,
+    /// [n_seq] the disk restore in flight for each sequence ([`restore`]).
+    restores: Vec<Option<disk::Pending>>,
     /// [max(head_dim, head_dim_v)] rotation scratch.
     tmp: Vec<f32>,
 }
@@ -245,6 +248,7 @@ impl KvCache {
             pool,
             prefix,
             seqs: (0..p.n_seq_max).map(|_| None).collect(),
+            restores: (0..p.n_seq_max).map(|_| None).collect(),
             tmp: vec![0.0; key_scratch_floats(hd).max(hdv)],
         }
     }
@@ -501,8 +505,11 @@ impl KvCache {
         }
     }
 
-    /// Drops a sequence and returns its blocks.
+    /// Drops a sequence (cancelling its restore from disk) and returns its blocks.
     pub fn seq_clear(&mut self, seq: SeqId) {
+        if let Some(r) = self.restores.get_mut(seq) {
+            *r = None;
+        }
         if let Some(slot) = self.seqs.get_mut(seq) {
             if let Some(s) = slot.take() {
                 for id in s.tables.into_iter().flatten() {
@@ -541,107 +548,6 @@ impl KvCache {
     /// True when full blocks are shared through the prefix cache (no layer has a window).
     pub fn prefix_enabled(&self) -> bool {
         self.prefix.on
-    }
-
-    /// Starts `seq` (emptied first) on the longest prefix of `tokens` cached under `salt` (the
-    /// adapter set's, `lora::store::salt`; 0 for the bare model), leaving at least the last
-    /// token to compute (its logits are needed): the positions now held, a multiple of
-    /// [`BLOCK_TOKENS`]. The blocks are shared, not copied.
-    pub fn prefix_adopt(&mut self, seq: SeqId, tokens: &[u32], salt: u64) -> usize {
-        if seq >= self.seqs.len() {
-            return 0;
-        }
-        self.seq_clear(seq);
-        if !self.prefix.on {
-            return 0;
-        }
-        let max_blocks = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
-        let staged_layer = if self.k_type.k_per_channel() {
-            BLOCK_TOKENS * self.n_head_kv * self.head_dim
-        } else {
-            0
-        };
-        let mut s = SeqKv::new(self.n_layer, staged_layer);
-        let salt = self.prefix_salt(salt);
-        let (found, chain) = self.prefix.lookup(salt, tokens, max_blocks);
-        for blocks in &found {
-            for (table, &id) in s.tables.iter_mut().zip(blocks.iter()) {
-                self.pool.retain(id);
-                table.push(id);
-            }
-        }
-        let n_found = found.len();
-        let (n, chain) = self.prefix_restore(&mut s, tokens, salt, n_found, chain, max_blocks);
-        if n == 0 {
-            return 0;
-        }
-        s.registered = n;
-        s.len = n * BLOCK_TOKENS;
-        s.chain = chain;
-        s.salt = salt;
-        let len = s.len;
-        self.seqs[seq] = Some(s);
-        len
-    }
-
-    /// Follows `s`'s chain (`n` blocks long, ending at `chain`, under `seed`) on the disk tier,
-    /// block by block up to `max_blocks` of `tokens`: each block read whole and under its full
-    /// key goes into fresh pool blocks, on `s`'s tables and into the RAM cache. Stops at the
-    /// first block missing or damaged, when no pool block is free, or past
-    /// [`disk::READ_DEADLINE`]. Returns the chain's new length and key.
-    fn prefix_restore(
-        &mut self,
-        s: &mut SeqKv,
-        tokens: &[u32],
-        seed: u64,
-        mut n: usize,
-        mut chain: u64,
-        max_blocks: usize,
-    ) -> (usize, u64) {
-        if n >= max_blocks {
-            return (n, chain);
-        }
-        // Out of the cache while blocks are allocated (which may evict): put back below.
-        let Some(mut disk) = self.prefix.disk.take() else { return (n, chain) };
-        let (start, before) = (std::time::Instant::now(), n);
-        let size = self.pool.block_bytes();
-        let mut ids = Vec::with_capacity(self.n_layer);
-        while n < max_blocks && start.elapsed() < disk::READ_DEADLINE {
-            let Ok(block) =
-                <[u32; BLOCK_TOKENS]>::try_from(&tokens[n * BLOCK_TOKENS..][..BLOCK_TOKENS])
-            else {
-                break;
-            };
-            let key = disk::BlockKey { seed, parent: chain, tokens: block };
-            let Some(data) = disk.fetch(&key) else { break };
-            ids.clear();
-            for _ in 0..self.n_layer {
-                match prefix::alloc(&mut self.pool, &mut self.prefix) {
-                    Ok(id) => ids.push(id),
-                    Err(_) => break,
-                }
-            }
-            if ids.len() < self.n_layer {
-                for &id in &ids {
-                    self.pool.release(id);
-                }
-                break;
-            }
-            for (src, &id) in data.chunks_exact(size).zip(&ids) {
-                self.pool.block_mut(id).copy_from_slice(src);
-            }
-            for (table, &id) in s.tables.iter_mut().zip(&ids) {
-                table.push(id);
-            }
-            self.prefix.insert(&mut self.pool, seed, chain, &block, &ids);
-            chain = key.key();
-            n += 1;
-        }
-        if n == before {
-            disk.stats().misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.prefix.disk = Some(disk);
-        (n, chain)
     }
 
     /// Attaches a disk tier under the prefix cache ([`disk`]) in `cfg.dir`, counting into

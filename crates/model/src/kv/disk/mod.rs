@@ -4,25 +4,29 @@
 //!
 //! Design. A block is written when the prefix cache takes it (write-through, so a crash or a
 //! kill loses nothing already written) and, if it is not on disk by then, when it is evicted
-//! from RAM. The scheduler thread only copies the block's bytes (`[n_layer][block_bytes]`,
-//! into a buffer recycled from the writer) and hands them to the tier's writer thread over a
-//! bounded queue ([`QUEUE_BYTES`]); when the queue is full the block is not written (counted as
-//! skipped), so a stream's step never waits for the disk. Reads happen at admission, on the
-//! scheduler thread: after the RAM cache's longest match, the chain is followed on disk block by
-//! block (each next address needs only the next 32 tokens), each block read into the tier's
-//! buffer and copied into freshly allocated pool blocks, until a block is missing, damaged, or
-//! [`READ_DEADLINE`] has passed; whatever was not read is computed as usual. Blocks skipped
-//! while the queue was full are offered again when the scheduler goes idle.
+//! from RAM. The scheduler thread only copies the block's bytes (`[n_layer][block_bytes]`) into
+//! one of a fixed set of buffers made resident at open and hands it to the tier's writer thread
+//! over a bounded queue ([`QUEUE_BYTES`]); with no buffer free (the queue full) the block is
+//! not written (counted as skipped), so a stream's step never waits for the disk nor allocates.
+//! Blocks skipped so are offered again when the scheduler goes idle. Reads run on the tier's
+//! reader thread ([`reader`]): at admission, past the RAM cache's longest match, the owner asks
+//! for the rest of the prompt's chain ([`DiskTier::request`], when the next block may be on
+//! disk) and the sequence waits, off the steps, while the thread reads block after block and
+//! sends each back; the owner copies each into pool blocks between steps
+//! (`KvCache::prefix_restore_poll`). The chain ends at a block missing or damaged, or at the
+//! deadline ([`DiskConfig::read_deadline`], [`READ_DEADLINE`] by default); whatever was not read
+//! is computed as usual.
 //!
-//! Cost. A read blocks the scheduler for its transfer: running streams skip steps for that long
-//! (qwen2.5-coder-0.5b's f16 KV is 12 KiB a token, so 6k tokens are 70 MB; times in
-//! BENCHMARKS.md), against the minutes of prefill it saves. Writes cost the scheduler one copy
-//! of each new full block; the I/O and its CRC run on the writer thread. Memory: the queue
-//! ([`QUEUE_BYTES`] of blocks, at least two), the block the writer holds and one read buffer:
-//! [`heap_bytes`], which the plan counts. A write error (full disk, read-only directory) turns
-//! writing off with one warning; reads go on, and every failed read is a recomputation, never a
-//! failed request.
+//! Cost. The scheduler thread copies each block once each way (qwen2.5-coder-0.5b's f16 KV is
+//! 12 KiB a token, so a 32-token block is 384 KiB, some tens of µs); the I/O and its CRC run on
+//! the tier's threads, so running streams keep stepping while blocks load (times in
+//! BENCHMARKS.md). Memory: the write buffers ([`QUEUE_BYTES`] of blocks, at least two) and the
+//! read buffers ([`reader::READ_BYTES`], at least two), resident from the start so the peak
+//! does not depend on the disk's traffic: [`heap_bytes`], which the plan counts.
+//! A write error (full disk, read-only directory) turns writing off with one warning; reads go
+//! on, and every failed read is a recomputation, never a failed request.
 
+pub mod reader;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -30,25 +34,36 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::chain::chain_key;
+pub use reader::{Arrival, Pending, ReadTicket};
 pub use store::{BlockKey, DiskStats, Store};
 
 /// Bytes of blocks waiting for the writer at most (at least two blocks).
-pub const QUEUE_BYTES: usize = 32 << 20;
-/// How long one admission may read blocks from disk; the rest of the prompt is computed.
+pub const QUEUE_BYTES: usize = 16 << 20;
+/// How long a prompt waits for its blocks from disk by default; the rest of it is computed.
 pub const READ_DEADLINE: Duration = Duration::from_secs(2);
 /// Directory budget when none is given.
 pub const DEFAULT_BUDGET: u64 = 2 << 30;
 
-/// Where and how much: `dir`, `budget` bytes, and `identity`, a salt of the model file (see
-/// [`file_identity`]) that every key on disk carries.
+/// Where and how much: `dir`, `budget` bytes, `identity`, a salt of the model file (see
+/// [`file_identity`]) that every key on disk carries, and how long a prompt waits for its
+/// blocks.
 #[derive(Clone, Debug)]
 pub struct DiskConfig {
     pub dir: PathBuf,
     pub budget: u64,
     pub identity: u64,
+    pub read_deadline: Duration,
+}
+
+impl DiskConfig {
+    /// The tier in `dir` of `budget` bytes for the model file of identity `identity`, waiting
+    /// [`READ_DEADLINE`] for a prompt's blocks.
+    pub fn new(dir: PathBuf, budget: u64, identity: u64) -> DiskConfig {
+        DiskConfig { dir, budget, identity, read_deadline: READ_DEADLINE }
+    }
 }
 
 /// A salt naming a model file as it is now: its canonical path, length and modification time.
@@ -64,10 +79,10 @@ pub fn file_identity(path: &Path) -> std::io::Result<u64> {
     Ok(chain_key(0x534e_5547, &words))
 }
 
-/// Heap the tier holds at most for blocks of `payload` bytes (all layers): the queue, the
-/// block being written and one read buffer.
+/// Heap the tier holds at most for blocks of `payload` bytes (all layers): its write buffers
+/// (the queue and the block being written) and its read buffers.
 pub fn heap_bytes(payload: usize) -> usize {
-    (queue_blocks(payload) + 2).saturating_mul(payload)
+    (queue_blocks(payload) + reader::read_blocks(payload)).saturating_mul(payload)
 }
 
 fn queue_blocks(payload: usize) -> usize {
@@ -78,15 +93,15 @@ fn queue_blocks(payload: usize) -> usize {
 pub struct DiskTier {
     store: Arc<Store>,
     tx: Option<SyncSender<(BlockKey, Vec<u8>)>>,
-    /// Buffers the writer is done with, for the next block (in a mutex only so that the
+    /// Write buffers free for the next block, all made at open (in a mutex only so that the
     /// context stays `Sync`; the scheduler thread alone takes from it).
     free: Mutex<Receiver<Vec<u8>>>,
     writer: Option<JoinHandle<()>>,
     writing: Arc<AtomicBool>,
     /// Blocks queued at most (the channel's slots and the one the writer holds).
     cap: u64,
-    /// The read buffer.
-    buf: Vec<u8>,
+    reader: reader::Reader,
+    read_deadline: Duration,
     stats: Arc<DiskStats>,
 }
 
@@ -104,7 +119,10 @@ impl DiskTier {
             Arc::new(Store::open(&cfg.dir, cfg.budget, salt, n_layer, block_bytes, stats.clone())?);
         let payload = store.payload_bytes();
         let (tx, rx) = mpsc::sync_channel::<(BlockKey, Vec<u8>)>(queue_blocks(payload) - 1);
-        let (free_tx, free) = mpsc::sync_channel(queue_blocks(payload) + 1);
+        let (free_tx, free) = mpsc::sync_channel(queue_blocks(payload));
+        for _ in 0..queue_blocks(payload) {
+            let _ = free_tx.try_send(reader::resident(payload));
+        }
         let writing = Arc::new(AtomicBool::new(true));
         let (st, on, dir, left) = (store.clone(), writing.clone(), cfg.dir.clone(), stats.clone());
         let writer = std::thread::Builder::new().name("snug-kv-disk".into()).spawn(move || {
@@ -122,6 +140,7 @@ impl DiskTier {
                 left.queued.fetch_sub(1, Ordering::AcqRel);
             }
         })?;
+        let reader = reader::Reader::start(store.clone(), stats.clone())?;
         Ok(DiskTier {
             store,
             tx: Some(tx),
@@ -129,7 +148,8 @@ impl DiskTier {
             writer: Some(writer),
             writing,
             cap: queue_blocks(payload) as u64,
-            buf: vec![0; payload],
+            reader,
+            read_deadline: cfg.read_deadline,
             stats,
         })
     }
@@ -143,8 +163,9 @@ impl DiskTier {
     }
 
     /// Queues the block `key` for writing unless it is on disk already; `fill` copies its
-    /// bytes (`[n_layer][block_bytes]`) into the buffer it is given. Never waits: with the
-    /// queue full or writing off, the block is skipped (and false returned).
+    /// bytes (`[n_layer][block_bytes]`) into the buffer it is given. Never waits nor
+    /// allocates: with no write buffer free (the queue full) or writing off, the block is
+    /// skipped (and false returned).
     pub fn offer(&mut self, key: BlockKey, fill: impl FnOnce(&mut [u8])) -> bool {
         if self.store.contains(key.key()) {
             return true;
@@ -155,8 +176,10 @@ impl DiskTier {
             return false;
         };
         let free = self.free.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let mut data = free.try_recv().unwrap_or_default();
-        data.resize(self.store.payload_bytes(), 0);
+        let Ok(mut data) = free.try_recv() else {
+            self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
         fill(&mut data);
         self.stats.queued.fetch_add(1, Ordering::AcqRel);
         match tx.try_send((key, data)) {
@@ -187,14 +210,32 @@ impl DiskTier {
         true
     }
 
-    /// Reads the block `key` (`[n_layer][block_bytes]`) into the tier's buffer; `None` when it
-    /// is not on disk whole and under this key.
-    pub fn fetch(&mut self, key: &BlockKey) -> Option<&[u8]> {
-        if !self.store.read(key, &mut self.buf) {
-            return None;
-        }
-        self.stats.hits.fetch_add(1, Ordering::Relaxed);
-        Some(&self.buf)
+    /// True if the block with chain key `key` may be on disk: this process knows its file, or
+    /// a file is at its address (another server's, on the same directory).
+    pub fn may_hold(&self, key: u64) -> bool {
+        self.store.contains(key) || self.store.exists(key)
+    }
+
+    /// Asks the reader thread for the blocks `keys` (`[n_layer][block_bytes]` each), in order,
+    /// for at most the configured deadline; `None` when too many requests wait already. The
+    /// blocks come back through [`DiskTier::arrival`].
+    pub fn request(&mut self, keys: Vec<BlockKey>) -> Option<ReadTicket> {
+        self.reader.request(keys, Instant::now() + self.read_deadline)
+    }
+
+    /// How long a request may read.
+    pub fn read_deadline(&self) -> Duration {
+        self.read_deadline
+    }
+
+    /// The next block read (or end of a request), waiting up to `wait` for one.
+    pub fn arrival(&mut self, wait: Duration) -> Option<Arrival> {
+        self.reader.arrival(wait)
+    }
+
+    /// Gives an arrival's buffer back to the reader.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.reader.recycle(buf);
     }
 }
 

@@ -192,6 +192,11 @@ impl Store {
         self.lock().files.contains_key(&self.addr(key))
     }
 
+    /// True if a file is at `key`'s address, known to this process or not.
+    pub fn exists(&self, key: u64) -> bool {
+        self.path(self.addr(key)).exists()
+    }
+
     /// Files indexed and their bytes.
     pub fn usage(&self) -> (usize, u64) {
         let ix = self.lock();

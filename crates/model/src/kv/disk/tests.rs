@@ -147,10 +147,55 @@ fn the_directory_keeps_to_its_budget_least_recently_used_first() {
     assert_eq!(dir_usage(dir.path()), (0, 0));
 }
 
+/// The blocks the reader thread sends back for `keys`, until it says the request is over.
+fn read_all(t: &mut DiskTier, keys: Vec<BlockKey>) -> Vec<Vec<u8>> {
+    let ticket = t.request(keys).expect("the reader takes the request");
+    let mut got = Vec::new();
+    loop {
+        let a = t.arrival(Duration::from_secs(60)).expect("the reader answers");
+        assert_eq!(a.id, ticket.id);
+        let Some(d) = a.data else { return got };
+        got.push(d.clone());
+        t.recycle(d);
+    }
+}
+
+#[test]
+fn reads_stop_when_cancelled_and_blocks_come_back_in_a_bounded_set_of_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = DiskConfig::new(dir.path().to_path_buf(), 1 << 30, 5);
+    let stats = Arc::new(DiskStats::default());
+    let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
+    let payload = LAYERS * BLOCK;
+    let n = reader::read_blocks(payload) + 3;
+    let keys: Vec<BlockKey> = (0..n).map(|i| key(1, i as u64, 0)).collect();
+    for (i, k) in keys.iter().enumerate() {
+        t.store().write(k, &data(i as u8)).unwrap();
+    }
+    // Nothing recycled: the reader stops at its set of buffers and waits.
+    let ticket = t.request(keys.clone()).unwrap();
+    let mut held = Vec::new();
+    while held.len() < reader::read_blocks(payload) {
+        let a = t.arrival(Duration::from_secs(60)).expect("a block");
+        held.push(a.data.expect("not the end yet"));
+    }
+    assert_eq!(held[1], data(1));
+    assert!(t.arrival(Duration::from_millis(50)).is_none(), "no buffer, no read");
+    // Cancelled (the ticket dropped): the end comes, with no more blocks.
+    drop(ticket);
+    let end = t.arrival(Duration::from_secs(60)).expect("the end");
+    assert!(end.data.is_none());
+    for b in held {
+        t.recycle(b);
+    }
+    // The next request reads all of them, recycled as they come.
+    assert_eq!(read_all(&mut t, keys).len(), n);
+}
+
 #[test]
 fn the_tier_writes_on_its_thread_and_reads_back_under_the_same_key_only() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = DiskConfig { dir: dir.path().to_path_buf(), budget: 1 << 20, identity: 5 };
+    let cfg = DiskConfig::new(dir.path().to_path_buf(), 1 << 20, 5);
     let stats = Arc::new(DiskStats::default());
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
     let k = key(1, 2, 100);
@@ -158,11 +203,12 @@ fn the_tier_writes_on_its_thread_and_reads_back_under_the_same_key_only() {
     drop(t);
     assert_eq!(dir_usage(dir.path()).0, 1, "the queue is written before the tier ends");
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
-    assert_eq!(t.fetch(&k), Some(&data(9)[..]));
-    assert_eq!(t.fetch(&key(1, 2, 101)), None);
+    assert!(t.may_hold(k.key()));
+    assert_eq!(read_all(&mut t, vec![k, key(1, 2, 101), k]), vec![data(9)], "to the first miss");
     // Another store salt (another model file or KV layout): another address, nothing found.
     let mut other = DiskTier::open(&cfg, 6, LAYERS, BLOCK, Arc::default()).unwrap();
-    assert_eq!(other.fetch(&k), None);
+    assert!(!other.may_hold(k.key()));
+    assert!(read_all(&mut other, vec![k]).is_empty());
     assert_eq!(stats.hits.load(Ordering::Relaxed), 1);
 }
 
@@ -172,10 +218,10 @@ fn a_directory_that_cannot_be_written_turns_writing_off_without_failing() {
     // A path under a regular file can be neither created nor written, even by root.
     let file = dir.path().join("not-a-dir");
     fs::write(&file, b"x").unwrap();
-    let cfg = DiskConfig { dir: file.join("kv"), budget: 1 << 20, identity: 5 };
+    let cfg = DiskConfig::new(file.join("kv"), 1 << 20, 5);
     assert!(DiskTier::open(&cfg, 5, LAYERS, BLOCK, Arc::default()).is_err());
     // A directory that goes away (or turns read-only) while serving.
-    let cfg = DiskConfig { dir: dir.path().join("kv"), budget: 1 << 20, identity: 5 };
+    let cfg = DiskConfig::new(dir.path().join("kv"), 1 << 20, 5);
     let stats = Arc::new(DiskStats::default());
     let mut t = DiskTier::open(&cfg, 5, LAYERS, BLOCK, stats.clone()).unwrap();
     fs::remove_dir(&cfg.dir).unwrap();
@@ -189,6 +235,6 @@ fn a_directory_that_cannot_be_written_turns_writing_off_without_failing() {
     }
     assert!(!t.offer(key(1, 2, 200), |d| d.fill(1)));
     assert_eq!(stats.skipped.load(Ordering::Relaxed), 1);
-    assert_eq!(t.fetch(&key(1, 2, 100)), None);
+    assert!(read_all(&mut t, vec![key(1, 2, 100)]).is_empty());
     assert_eq!(stats.bytes_written.load(Ordering::Relaxed), 0);
 }
