@@ -31,12 +31,16 @@ use serde_json::{json, Map, Value};
 use tokenizer::Tokenizer;
 use tower::ServiceExt;
 
-const ROUTES: [(&str, &str); 19] = [
+const ROUTES: [(&str, &str); 23] = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/messages"),
     ("POST", "/v1/messages/count_tokens"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/api/embed"),
+    ("POST", "/api/embeddings"),
+    ("POST", "/infill"),
     ("POST", "/api/chat"),
     ("POST", "/api/generate"),
     ("POST", "/api/show"),
@@ -54,7 +58,7 @@ const ROUTES: [(&str, &str); 19] = [
 ];
 
 /// Field names the routes read, top level and under Ollama's `options`, plus unknown ones.
-const FIELDS: [&str; 56] = [
+const FIELDS: [&str; 67] = [
     "model",
     "prompt",
     "messages",
@@ -111,10 +115,21 @@ const FIELDS: [&str; 56] = [
     "text",
     "store",
     "previous_response_id",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "function",
+    "arguments",
+    "description",
+    "parameters",
+    "dimensions",
+    "encoding_format",
+    "input_prefix",
+    "input_suffix",
 ];
 
 /// Strings with meaning somewhere: control-token texts, template markup, names, schemas' words.
-const WORDS: [&str; 16] = [
+const WORDS: [&str; 19] = [
     "<|im_start|>",
     "<|im_end|>",
     "system",
@@ -131,6 +146,9 @@ const WORDS: [&str; 16] = [
     "../x.gguf",
     "\u{0}",
     "<|endoftext|>",
+    "function",
+    "tool",
+    "<tool_call>",
 ];
 
 #[derive(Arbitrary, Debug)]

@@ -693,8 +693,14 @@ pub async fn collect(
     Err(ApiError::new(style, StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped mid-answer"))
 }
 
-/// A streamed response with `content_type`.
+/// A streamed response with `content_type`; an SSE one sends a comment after each silence of
+/// [`crate::keepalive::EVERY`] (a long prompt being read), so clients do not time out.
 pub fn streamed(content_type: &'static str, body: Body) -> Response {
+    let body = if content_type == "text/event-stream" {
+        crate::keepalive::KeepAlive::wrap(body, crate::keepalive::EVERY)
+    } else {
+        body
+    };
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

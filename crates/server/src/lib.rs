@@ -60,6 +60,7 @@ pub mod embeddings;
 pub mod error;
 pub mod fim;
 pub mod flags;
+pub mod keepalive;
 pub mod logprobs;
 pub mod metrics;
 pub mod ollama;
