@@ -13,8 +13,5 @@ pub const SPEC: ArchSpec = ArchSpec {
     swa_pattern: SwaPattern::LastOfEachIsGlobal(6),
     rope_base_swa_default: Some(10000.0),
     attn_scale_rule: AttnScale::GemmaLarge { n_layer_27b: 62 },
-    // Rotation costs gemma3-270m perplexity with q4/q4 KV (+3.47% against +1.50% unrotated,
-    // BENCHMARKS.md, issue 54): off unless `--kv-rotate` asks.
-    kv_rotate: crate::params::KvRotate::OFF,
     ..BASE
 };

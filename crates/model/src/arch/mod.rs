@@ -123,7 +123,9 @@ pub struct ArchSpec {
     /// The FFN is a mixture of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`).
     pub moe: Option<MoeSpec>,
     /// Which of quantized keys and values are Hadamard-rotated by default (`kv::rotate`);
-    /// chosen per architecture from perplexity measurements (BENCHMARKS.md).
+    /// chosen per architecture from perplexity and KL measurements (BENCHMARKS.md). Values
+    /// only on every architecture measured (gemma3, qwen2): rotating 4-bit per-channel keys
+    /// costs perplexity.
     pub kv_rotate: crate::params::KvRotate,
 }
 

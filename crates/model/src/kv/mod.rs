@@ -395,7 +395,7 @@ impl KvCache {
         if !per_channel {
             let krow = &mut kb[slot * k_row..(slot + 1) * k_row];
             for (h, dst) in krow.chunks_exact_mut(k_head).enumerate() {
-                format::encode_head(self.k_type, &k[h * hd..(h + 1) * hd], dst);
+                format::encode_head(self.k_type, &k[h * hd..(h + 1) * hd], dst, false);
             }
             return Ok(());
         }
@@ -566,6 +566,7 @@ impl KvCache {
         let kv = |t: KvType| KvType::ALL.iter().position(|&a| a == t).unwrap_or(9) as u32;
         let layout = [
             disk::store::VERSION,
+            format::ENCODING,
             kv(self.k_type),
             kv(self.v_type),
             tag(self.rot_k),
@@ -690,9 +691,9 @@ fn encode_head_rotated(ty: KvType, rot: Option<usize>, x: &[f32], dst: &mut [u8]
         let t = &mut tmp[..x.len()];
         t.copy_from_slice(x);
         rotate::rotate(t, block);
-        format::encode_head(ty, t, dst);
+        format::encode_head(ty, t, dst, true);
     } else {
-        format::encode_head(ty, x, dst);
+        format::encode_head(ty, x, dst, false);
     }
 }
 
