@@ -58,6 +58,11 @@ def start(snug, model, cache_dir, port):
         with open(os.path.join(CGROUP, "memory.limit_in_bytes"), "w") as f:
             f.write(limit)
         args = ["sh", "-c", f'echo $$ > {CGROUP}/cgroup.procs && exec "$@"', "sh"] + args
+    return launch(args, port)
+
+
+def launch(args, port):
+    """Runs the server command `args` and waits (at most 120 s) until it answers /ready."""
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0 = time.time()
     while time.time() - t0 < 120:

@@ -19,7 +19,6 @@ helpers. Record the figures in BENCHMARKS.md with the CPU and the machine's load
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,23 +26,14 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prefix_disk import ask, free_port, stop  # noqa: E402
+from prefix_disk import ask, free_port, launch, stop  # noqa: E402
 
 
 def start(snug, model, cache_dir, port, disk):
     args = [snug, "serve", model, "--port", str(port), "--ctx", os.environ.get("CTX", "4096"),
             "--parallel", "5", "--threads", "2", "--prefix-cache-dir", cache_dir,
             "--prefix-cache-disk", disk]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    t0 = time.time()
-    while time.time() - t0 < 120:
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).status == 200:
-                return p
-        except Exception:
-            time.sleep(0.2)
-    p.kill()
-    sys.exit("the server did not become ready: " + p.stderr.read().decode())
+    return launch(args, port)
 
 
 def document(k, lines):
