@@ -237,13 +237,16 @@ impl ChatTemplate {
         gen: (bool, Option<bool>),
         real: &str,
     ) -> Option<Vec<Range<usize>>> {
-        let protect = |s: &str| tok.control_text_in(s).is_some();
-        let any_extra = |v: &serde_json::Value| json_strings(v).any(protect);
-        if messages.iter().all(|m| m.content.is_empty() && !m.extra.values().any(any_extra))
-            && !tools.iter().any(any_extra)
-        {
+        let control = |s: &str| tok.control_text_in(s).is_some();
+        let any_extra = |v: &serde_json::Value| json_strings(v).any(control);
+        // Scanned once: without control text outside the contents, nothing there is marked
+        // (and the strings are not scanned again below).
+        let extras =
+            messages.iter().any(|m| m.extra.values().any(any_extra)) || tools.iter().any(any_extra);
+        if !extras && messages.iter().all(|m| m.content.is_empty()) {
             return Some(Vec::new());
         }
+        let protect = |s: &str| extras && control(s);
         // A tag that no input holds: the markers are `{tag}{index}\u{F8FF}`.
         let inputs: Vec<String> = messages
             .iter()
