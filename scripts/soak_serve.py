@@ -130,8 +130,8 @@ def sse_completion(port, rng, stats, n_ctx, abandon=False, longest=False):
         last, gaps = None, []
         for raw in r:
             line = raw.strip()
-            if not line:
-                continue
+            if not line or line.startswith(b":"):
+                continue  # an SSE comment: the server's keep-alive while a prompt waits
             if not line.startswith(b"data: "):
                 return stats.add(kind, "FAIL", f"not an SSE data line: {line[:100]!r}")
             if line == b"data: [DONE]":
@@ -279,7 +279,9 @@ def hostile_client(port, model, seed, until, stats):
             if time.monotonic() >= until:
                 return
             try:
-                status, body = hostile_corpus.send(port, e)
+                # The well-behaved clients' timeout: a hostile request that is let through
+                # waits in the queue behind 8 streams like theirs (a minute and more here).
+                status, body = hostile_corpus.send(port, e, timeout=600)
             except (OSError, http.client.HTTPException) as ex:
                 stats.add("hostile", "FAIL", f"{e[0]}: {ex!r}")
                 continue
@@ -364,6 +366,8 @@ def main():
         print(f"warm-up: {sum(warm.counts.values())} requests in "
               f"{time.monotonic() - t_warm:.0f} s, KV blocks free after filling: {free}, "
               f"RSS {rss_warm / 2**20:.0f} MiB, failures {len(warm.failures)}", flush=True)
+        for f in warm.failures[:5]:
+            print(f"  warm-up failure: {f}", flush=True)
 
         stats = Stats()
         t0 = time.monotonic()

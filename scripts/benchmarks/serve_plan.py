@@ -11,6 +11,9 @@ counts. The peak is the server's VmHWM after the three first rounds ("short") an
 
     python3 scripts/benchmarks/serve_plan.py target/release/snug qwen2.5-coder-0.5b 4096 4 [f16|q8|q4]
 
+`TOOLS=0` sends no tools (the bias and drafting stay): for a model whose chat template cannot
+render tool calls (gemma3-270m), which refuses requests with tools.
+
 Prints one JSON line: model, ctx, parallel, kv, planned and measured peak (bytes), and the
 difference in percent. Standard library only.
 """
@@ -53,9 +56,11 @@ def document(seed, tokens):
 def stream(port, prompt, out):
     body = {"messages": [{"role": "system", "content": "You call tools when asked."},
                          {"role": "user", "content": prompt + "\nSummarise the first line."}],
-            "tools": TOOLS, "tool_choice": "auto", "logit_bias": {"11": -2, "13": 1},
+            "logit_bias": {"11": -2, "13": 1},
             "max_tokens": 48, "stream": True, "stream_options": {"include_usage": True},
             "temperature": 0}
+    if os.environ.get("TOOLS", "1") != "0":
+        body.update(tools=TOOLS, tool_choice="auto")
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     c.request("POST", "/v1/chat/completions", json.dumps(body),
               {"Content-Type": "application/json"})
@@ -149,7 +154,7 @@ def main():
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
     print(json.dumps({"model": os.path.basename(model), "ctx": ctx, "parallel": parallel,
-                      "kv": kv, "planned": planned, "peak_short": short, "peak_filled": peak,
+                      "kv": kv, "tools": os.environ.get("TOOLS", "1") != "0", "planned": planned, "peak_short": short, "peak_filled": peak,
                       "filled": filled.is_set(), "rounds": rnd + 1,
                       "over_short_pct": round(100.0 * (planned - short) / short, 2),
                       "over_filled_pct": round(100.0 * (planned - peak) / peak, 2)}))

@@ -291,6 +291,11 @@ fn max_piece_bytes(tok: &Arc<tokenizer::Tokenizer>) -> usize {
     }
 }
 
+/// A request body from this size on hands its decoding's freed memory back to the kernel
+/// ([`memory::heap::release_free`]) when its preparation ends: bodies this large are rare, and
+/// their decoded trees are what spread over the blocking pool's arenas.
+const RELEASE_AFTER: usize = 64 << 10;
+
 impl AppState {
     /// A generation request's body prepared: the cheap refusals first ([`AppState::admit`]),
     /// then `work` (decode and tokenize) off the HTTP thread ([`off_thread`]); the place the
@@ -306,7 +311,19 @@ impl AppState {
     ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
         let ticket = self.admit(style, &body)?;
         let app = self.clone();
-        let (ticket, done) = off_thread_holding(style, ticket, move || work(&app, &body)).await?;
+        let (ticket, done) = off_thread_holding(style, ticket, move || {
+            let big = body.len() >= RELEASE_AFTER;
+            let out = work(&app, &body);
+            drop(body);
+            if big {
+                // The decoded tree of a large body (up to ~45× its size) was just freed into
+                // this blocking thread's arena, which would otherwise keep it as its high-water
+                // mark: handed back, so RSS stays the plan's whatever the bodies were.
+                memory::heap::release_free();
+            }
+            out
+        })
+        .await?;
         let (r, prompt) = done?;
         Ok((ticket, r, prompt))
     }

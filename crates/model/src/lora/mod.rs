@@ -155,23 +155,18 @@ pub struct Lora {
     _release: ReleaseOnDrop,
 }
 
-/// Hands the allocator's free pages back to the kernel when an adapter's rows are dropped.
-/// glibc keeps freed memory in the arena of the thread that allocated it, and a server loads
-/// adapters on its blocking pool's threads while the KV cache grows on the scheduler's: without
-/// this, the rows of demoted adapters stayed resident (150 MiB after 100 adapters cycled
-/// through 10 hot slots, enough to put the peak over the plan; BENCHMARKS.md, issue 15).
-/// `malloc_trim(0)` returns the whole free pages of every arena; it walks the free chunks, once
-/// per adapter dropped (a tier change), never per token.
+/// Hands the allocator's free pages back to the kernel when an adapter's rows are dropped
+/// ([`memory::heap::release_free`]): a server loads adapters on its blocking pool's threads
+/// while the KV cache grows on the scheduler's, and without this the rows of demoted adapters
+/// stayed resident in those threads' arenas (150 MiB after 100 adapters cycled through 10 hot
+/// slots, enough to put the peak over the plan; BENCHMARKS.md, issue 15). Once per adapter
+/// dropped (a tier change), never per token.
 #[derive(Debug, Default)]
 struct ReleaseOnDrop;
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only walks and madvises the allocator's own free chunks.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        memory::heap::release_free();
     }
 }
 
