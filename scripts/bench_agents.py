@@ -52,7 +52,8 @@ def tools_for(api, n_extra=0, filler=""):
 
 
 def turn(base, api, model, key, system, history, tools, force, max_tokens=60):
-    """One request; returns (history items to append, prompt tokens, cached tokens)."""
+    """One request; returns (history items to append, prompt tokens, cached tokens, output
+    tokens)."""
     if api == "chat":
         body = {"model": model, "messages": [{"role": "system", "content": system}] + history,
                 "tools": tools, "tool_choice": "required" if force else "none",
@@ -65,7 +66,7 @@ def turn(base, api, model, key, system, history, tools, force, max_tokens=60):
         for c in msg.get("tool_calls") or []:
             city = json.loads(c["function"]["arguments"]).get("city", "?")
             add.append({"role": "tool", "tool_call_id": c["id"], "content": f"18 degrees in {city}"})
-        return add, u["prompt_tokens"], cached
+        return add, u["prompt_tokens"], cached, u["completion_tokens"]
     if api == "messages":
         body = {"model": model, "system": system, "messages": history, "tools": tools,
                 "tool_choice": {"type": "any"} if force else {"type": "none"},
@@ -79,7 +80,7 @@ def turn(base, api, model, key, system, history, tools, force, max_tokens=60):
         if results:
             add.append({"role": "user", "content": results})
         cached = u.get("cache_read_input_tokens") or 0
-        return add, u["input_tokens"] + cached, cached
+        return add, u["input_tokens"] + cached, cached, u["output_tokens"]
     body = {"model": model, "instructions": system, "input": history, "tools": tools,
             "tool_choice": "required" if force else "none", "temperature": 0,
             "max_output_tokens": max_tokens}
@@ -90,7 +91,7 @@ def turn(base, api, model, key, system, history, tools, force, max_tokens=60):
         if o["type"] == "function_call":
             city = json.loads(o["arguments"]).get("city", "?")
             add.append({"type": "function_call_output", "call_id": o["call_id"], "output": f"18 degrees in {city}"})
-    return add, u["input_tokens"], (u.get("input_tokens_details") or {}).get("cached_tokens", 0)
+    return add, u["input_tokens"], (u.get("input_tokens_details") or {}).get("cached_tokens", 0), u["output_tokens"]
 
 
 def session(args):
@@ -102,7 +103,7 @@ def session(args):
         system = SYSTEM.format(api=args.api)  # each API its own prompts: no cache shared across runs
         if args.agent_system:
             system = long_system(args.api)
-        add, prompt, cached = turn(args.base, args.api, args.model, args.key, system, history, tools, t < 10)
+        add, prompt, cached, _ = turn(args.base, args.api, args.model, args.key, system, history, tools, t < 10)
         history += add
         if t > 1:
             fractions.append(cached / prompt)

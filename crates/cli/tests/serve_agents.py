@@ -1,7 +1,7 @@
 """The coding agents' APIs through the official Python clients (PyPI `anthropic`, `openai`
 Responses, `openai-agents`) against `snug serve` (issue 48). Usage: serve_agents.py BASE_URL
-MODEL MODE [KEY], MODE one of `messages`, `responses`, `agents`. Exits non-zero on a failed
-check. The same script runs against llama-server (scripts/agents_vs_llamacpp.sh).
+MODEL MODE [KEY], MODE one of `messages`, `responses`, `agents`, `turns`. Exits non-zero on a
+failed check. The same script runs against llama-server (scripts/agents_vs_llamacpp.sh).
 """
 
 import json
@@ -102,9 +102,13 @@ def messages():
     except anthropic.BadRequestError as e:
         body = e.response.json()
         check(body["type"] == "error" and body["error"]["type"] == "invalid_request_error", f"shape {body}")
+    # A coding agent's own model name is answered by the served model; an adapter not
+    # registered is still a 404, in Anthropic's shape.
+    m = c.messages.create(messages=hi, model="claude-sonnet-4-5", max_tokens=4)
+    check(m.model == model and m.content, f"another vendor's name is served: {m}")
     try:
-        c.messages.create(messages=hi, model="no-such-model", max_tokens=4)
-        check(False, "an unknown model is refused")
+        c.messages.create(messages=hi, model=model + ":no-such-adapter", max_tokens=4)
+        check(False, "an unknown adapter is refused")
     except anthropic.NotFoundError as e:
         check(e.response.json()["error"]["type"] == "not_found_error", "404 in Anthropic's shape")
 
@@ -161,6 +165,9 @@ def responses():
                             text={"format": {"type": "json_schema", "name": "c", "schema": schema}})
     check(isinstance(json.loads(r.output_text).get("city"), str), f"json_schema {r.output_text}")
 
+    r = oa.responses.create(input="hi", model="gpt-5-codex", temperature=0, max_output_tokens=4)
+    check(r.model == model and r.output, f"another vendor's name is served: {r}")
+
     try:
         oa.responses.create(input="hi", previous_response_id="resp_1", **greedy)
         check(False, "previous_response_id is refused")
@@ -198,5 +205,44 @@ def agents_sdk():
     print("agent:", called, result.final_output[:80])
 
 
-{"messages": messages, "responses": responses, "agents": agents_sdk}[mode]()
+def turns():
+    """A 3-turn tool session through each API (scripts/bench_agents.py's requests): each later
+    turn's prompt reads the previous prompt and answer from the prefix cache, though the answer's
+    tokens are not those its text tokenizes to (prompt reuse by text, engine::reuse)."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "bench_agents.py")
+    spec = importlib.util.spec_from_file_location("bench_agents", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # A call of at least 40 tokens (the enum's one value is written whole), so that every answer
+    # holds a block boundary of the prefix cache: the cache reaching past the previous prompt
+    # then says the answer was reused, whatever the prompt's length.
+    report = "temperature, wind, humidity, cloud cover and rain for each of the next hours"
+    bench.SCHEMA = {"type": "object", "properties": {
+        "city": {"type": "string"}, "report": {"type": "string", "enum": [report]}},
+        "required": ["city", "report"]}
+    for api in ("chat", "messages", "responses"):
+        system = bench.SYSTEM.format(api=api)
+        history = [{"role": "user", "content": "Check the weather in Paris, then Berlin, then Rome, one at a time."}]
+        tools = bench.tools_for(api)
+        last = None
+        for t in range(1, 4):
+            add, prompt, cached, out = bench.turn(base, api, model, key, system, history, tools, True)
+            history += add
+            print(f"{api} turn {t}: prompt {prompt} cached {cached} output {out}")
+            check(out >= 40, f"{api} turn {t}: a call of at least 40 tokens ({out})")
+            if last is not None:
+                # Into the previous answer (without reuse by text the cache stops at the last
+                # block of the previous prompt), and through it less the last partial block,
+                # the answer's final token (never fed, so never cached) and a few tokens where
+                # the answer's split differs from its text's tokenization.
+                reach = last[0] + last[1] - 32 - 4
+                check(cached > last[0] and cached >= reach,
+                      f"{api} turn {t} reads the previous answer from the cache: "
+                      f"cached {cached}, previous prompt {last[0]} + answer {last[1]}")
+            last = (prompt, out)
+
+
+{"messages": messages, "responses": responses, "agents": agents_sdk, "turns": turns}[mode]()
 print(f"{mode}: {passed()} checks passed")

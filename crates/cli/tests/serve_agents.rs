@@ -4,7 +4,9 @@
 //! cache read, system blocks with `cache_control`, errors in Anthropic's shape), OpenAI's
 //! Responses (create, stream, a required call with built-in tool types ignored, a
 //! `function_call_output` round trip, `text.format` json_schema, the stateless 400), and an
-//! `openai-agents` agent whose tool is called and whose final answer is given. qwen2.5-coder-0.5b
+//! `openai-agents` agent whose tool is called and whose final answer is given; a 3-turn tool
+//! session through Chat Completions, Messages and Responses whose later turns read the previous
+//! answer from the prefix cache (prompt reuse by text). qwen2.5-coder-0.5b
 //! with its own template (the agent runs on qwen2.5-coder-1.5b: given its tool's result, the
 //! 0.5b calls the tool again until the agent's turns run out); an API key checked as
 //! `x-api-key` and as `Bearer`.
@@ -36,6 +38,11 @@ fn anthropic_messages_through_the_anthropic_client() {
 #[test]
 fn openai_responses_through_the_openai_client() {
     run_script("responses", ALIAS);
+}
+
+#[test]
+fn every_later_agent_turn_reads_the_previous_answer_from_the_cache() {
+    run_script("turns", ALIAS);
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod kl_base;
 mod kl_save;
 pub mod logprobs;
 pub mod perplexity;
+pub mod reuse;
 pub mod sampling;
 pub mod scheduler;
 pub mod sequence;

@@ -424,7 +424,8 @@ fn scratch(c: &ModelConfig, r: &Request) -> ScratchSizes {
 /// Activation arena of `model::Context` (its [`ScratchSizes`]) plus each sequence's arrays
 /// (`engine::Session::heap_bytes`) and, when drafting is on (the default `--draft ngram`), its
 /// n-gram index (`engine::draft::Ngram::heap_bytes`), and, when JSON mode may run, its tables
-/// (`engine::JsonVocab::heap_bytes`).
+/// (`engine::JsonVocab::heap_bytes`); and the recent sequences kept for prompt reuse by text
+/// (`engine::reuse::Recent::heap_bytes`).
 pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
     let mut per_seq = engine::Session::heap_bytes(r.n_ctx, c.n_vocab);
     if r.draft_tokens > 0 {
@@ -433,7 +434,8 @@ pub fn arena_bytes(c: &ModelConfig, r: &Request) -> u64 {
     let sessions = r.n_seq.max(1).saturating_mul(per_seq);
     let json = if r.json_mode { engine::JsonVocab::heap_bytes(c.n_vocab) } else { 0 };
     let disk = if r.prefix_disk { prefix_disk_bytes(c, r) } else { 0 };
-    let heap = sessions.saturating_add(json).saturating_add(disk);
+    let recent = engine::reuse::Recent::heap_bytes(r.n_ctx);
+    let heap = sessions.saturating_add(json).saturating_add(disk).saturating_add(recent);
     scratch(c, r).activation_bytes().saturating_add(heap) as u64
 }
 

@@ -188,13 +188,17 @@ impl AppState {
     /// model it names is served here (404), and a place is free among the slots and the queue
     /// (429 with `Retry-After`, or 503 once the scheduler is gone). `body` is only scanned for
     /// its top-level `model` (a malformed body is left for the route's decode to refuse).
-    pub fn admit(&self, style: Style, body: &[u8]) -> Result<Ticket, ApiError> {
+    pub fn admit(&self, style: Style, names: Names, body: &[u8]) -> Result<Ticket, ApiError> {
         #[derive(Deserialize)]
         struct Named {
             model: Option<String>,
         }
         let asked = serde_json::from_slice::<Named>(body).ok().and_then(|n| n.model);
-        self.check_model(style, asked.as_deref())?;
+        let asked = match names {
+            Names::Served => asked.as_deref(),
+            Names::Any => crate::agents::agent_model(self, style, asked.as_deref()),
+        };
+        self.check_model(style, asked)?;
         self.engine.reserve().map_err(|r| ApiError::refused(style, r))
     }
 
@@ -296,6 +300,16 @@ fn max_piece_bytes(tok: &Arc<tokenizer::Tokenizer>) -> usize {
 /// their decoded trees are what spread over the blocking pool's arenas.
 const RELEASE_AFTER: usize = 64 << 10;
 
+/// Which model names a route answers ([`AppState::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// The served model, `BASE:ADAPTER` and registered adapters; any other name is a 404.
+    Served,
+    /// Those, and any other name, answered by the served model (the agent routes:
+    /// [`crate::agents::agent_model`]).
+    Any,
+}
+
 impl AppState {
     /// A generation request's body prepared: the cheap refusals first ([`AppState::admit`]),
     /// then `work` (decode and tokenize) off the HTTP thread ([`off_thread`]); the place the
@@ -309,7 +323,18 @@ impl AppState {
         body: Bytes,
         work: impl FnOnce(&AppState, &[u8]) -> Result<(R, Vec<u32>), ApiError> + Send + 'static,
     ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
-        let ticket = self.admit(style, &body)?;
+        self.prepare_named(style, Names::Served, body, work).await
+    }
+
+    /// [`AppState::prepare`] with the model-name rule `names`.
+    async fn prepare_named<R: Send + 'static>(
+        self: &Arc<Self>,
+        style: Style,
+        names: Names,
+        body: Bytes,
+        work: impl FnOnce(&AppState, &[u8]) -> Result<(R, Vec<u32>), ApiError> + Send + 'static,
+    ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
+        let ticket = self.admit(style, names, &body)?;
         let app = self.clone();
         let (ticket, done) = off_thread_holding(style, ticket, move || {
             let big = body.len() >= RELEASE_AFTER;
@@ -333,11 +358,12 @@ impl AppState {
     pub async fn prepare_chat<R: Send + 'static>(
         self: &Arc<Self>,
         style: Style,
+        names: Names,
         body: Bytes,
         decode: fn(&[u8]) -> Result<R, ApiError>,
         parts: fn(&mut R) -> (&mut Settings, &[tokenizer::ChatMessage]),
     ) -> Result<(Ticket, R, Vec<u32>), ApiError> {
-        self.prepare(style, body, move |app, body| {
+        self.prepare_named(style, names, body, move |app, body| {
             let mut req = decode(body)?;
             if !still_wanted() {
                 return Err(gone(style));

@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 use tokenizer::ChatMessage;
 
 use crate::api::limits;
-use crate::api::{collect, event_body, rfc3339, streamed, Knobs, Settings};
+use crate::api::{collect, event_body, rfc3339, streamed, Knobs, Names, Settings};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::responses::ndjson;
 use crate::responses::ollama::{
@@ -558,7 +558,8 @@ async fn respond(
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let body = body_bytes(S, body)?;
-        let (ticket, req, prompt) = st.prepare_chat(S, body, Chat::decode, Chat::parts).await?;
+        let (ticket, req, prompt) =
+            st.prepare_chat(S, Names::Served, body, Chat::decode, Chat::parts).await?;
         let model = req.model.as_deref();
         respond(&st, ticket, Kind::Chat, model, prompt, req.settings, req.stream).await
     };

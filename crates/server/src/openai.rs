@@ -34,7 +34,7 @@ use tokenizer::ChatMessage;
 
 use crate::adapters::LoraScale;
 use crate::api::limits::{self, MAX_LORA_SCALE, MAX_TEMPERATURE};
-use crate::api::{collect, event_body, streamed, Knobs, Settings, Stop};
+use crate::api::{collect, event_body, streamed, Knobs, Names, Settings, Stop};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::logprobs::{self, Rendering};
 use crate::responses;
@@ -924,7 +924,8 @@ async fn respond(
 pub async fn chat(State(st): Shared, body: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let body = body_bytes(S, body)?;
-        let (ticket, req, prompt) = st.prepare_chat(S, body, Chat::decode, Chat::parts).await?;
+        let (ticket, req, prompt) =
+            st.prepare_chat(S, Names::Served, body, Chat::decode, Chat::parts).await?;
         let parser = req.settings.chat.parser();
         respond(&st, ticket, Kind::Chat, &req.common, req.settings, prompt, req.logprobs, parser)
             .await

@@ -32,6 +32,13 @@
 //! when both were computed in multi-token (prefill) steps; one written by a lone decode step
 //! can differ in the last bits where attention splits keys across threads (see above), so a
 //! follow-up turn that reuses an answer's blocks is equal to its cold run only as far as that.
+//! Prompt reuse by text ([`crate::reuse`]): a model's answer is rarely the tokens its text
+//! tokenizes to, so once its client has the answer, a slot computes the answer's KV again as a
+//! prompt will tokenize it (from the first token that differs) before it is freed, and the job's
+//! place is given back at once. Each finished sequence's tokens are kept (the last
+//! [`crate::reuse::Recent::SEQS`]), and a prompt admitted later that leaves one of them but
+//! spells the same text takes its tokens for that text when the prefix cache then holds more of
+//! it; its [`Finish`] still counts the prompt as submitted.
 //!
 //! LoRA adapters: a job carries its adapter set already leased ([`JobAdapters`]: the server
 //! loads cold ones off this thread, in `server::adapters`); admission hands the set to `Context::set_adapters` for
@@ -64,7 +71,8 @@
 //!
 //! Cost per step: one forward pass over the batch, a vocabulary-sized scan per sampled token, a
 //! channel send per piece of text. Memory: the context's KV pool (planned for `n_seq` sequences)
-//! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt.
+//! plus per running sequence a sampler (12 bytes per vocabulary entry) and its prompt, plus the
+//! kept sequences' tokens ([`crate::reuse::Recent::heap_bytes`]).
 //!
 //! Where it lives: here in the engine, beside the pieces it runs ([`crate::Sequence`]'s finish
 //! rule, [`crate::step`]'s plan). The server only decodes HTTP requests into [`Request`]s,

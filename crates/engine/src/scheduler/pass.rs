@@ -10,13 +10,17 @@
 //! as without guesses, so the answer is too.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::fault::{self, panic_text};
 use super::run::Scheduler;
 use super::{embed, Event, FinishReason, DRAFT_STREAMS};
 use crate::draft::Drafter;
 use crate::logprobs::TokenLogprob;
+use crate::reuse;
 use crate::sequence::Finish as End;
 use crate::step;
 
@@ -194,15 +198,68 @@ impl Scheduler {
         d.guesses.clear();
     }
 
-    /// Ends slot `s`'s job for `reason`: the slot is freed before the client hears of it, and
-    /// text held back for a possible stop string goes out first.
+    /// Ends slot `s`'s job for `reason`: the slot (or, while the answer is computed again as
+    /// the next prompt will tokenize it, the job's place: [`Scheduler::warm`]) is freed before
+    /// the client hears of it, and text held back for a possible stop string goes out first. A
+    /// re-tokenized answer, once read, frees its slot.
     fn finish(&mut self, s: usize, reason: FinishReason) {
-        let Some(mut q) = self.release(s) else { return };
-        let rest = q.answer.flush();
-        if !rest.is_empty() {
-            let _ = q.job.events.send(Event::Text(rest));
+        if self.slots[s].as_ref().is_some_and(|q| q.warm.is_some()) {
+            if let Some(q) = self.release(s) {
+                self.recent.remember(q.job.req.adapters.salt, &q.tokens);
+            }
+            return;
         }
-        let _ = q.job.events.send(Event::Done(q.finish(reason)));
+        let Some(q) = self.slots[s].as_mut() else { return };
+        let rest = q.answer.flush();
+        let done = q.finish(reason);
+        let events = match self.warm(s) {
+            Some(client) => client,
+            None => {
+                let Some(q) = self.release(s) else { return };
+                if self.ctx.kv.prefix_enabled() {
+                    self.recent.remember(q.job.req.adapters.salt, &q.tokens);
+                }
+                q.job.events
+            }
+        };
+        if !rest.is_empty() {
+            let _ = events.send(Event::Text(rest));
+        }
+        let _ = events.send(Event::Done(done));
+    }
+
+    /// Starts computing slot `s`'s answer as the next prompt will tokenize it
+    /// ([`crate::reuse::canonical`]), from the first token that differs, when it differs and
+    /// the prefix cache is on. The job's place is given back at once (its client is answered);
+    /// the client's channel is returned, the sequence's events go nowhere from now on. `None`
+    /// if there is nothing to compute. Cost: a prefill of the answer's tokens from the first
+    /// one that differs, in the steps after the answer (while an agent runs its tool).
+    fn warm(&mut self, s: usize) -> Option<UnboundedSender<Event>> {
+        if !self.ctx.kv.prefix_enabled() {
+            return None;
+        }
+        let n_ctx = self.ctx.params.n_ctx;
+        let q = self.slots[s].as_mut()?;
+        if q.job.is_embedding() || q.prefilling() {
+            return None;
+        }
+        let canon = reuse::canonical(&self.tok, &q.tokens, q.job.req.prompt.len())?;
+        let same = canon.iter().zip(&q.tokens).take_while(|(a, b)| a == b).count();
+        let keep = same.min(q.n_past);
+        if keep >= canon.len() || canon.len() >= n_ctx {
+            return None;
+        }
+        self.ctx.kv.seq_truncate(s, keep);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = std::mem::replace(&mut q.job.events, tx);
+        q.job.logprobs = None;
+        q.warm = Some(rx);
+        q.draft = None;
+        q.n_past = keep;
+        q.tokens.clone_from(&canon);
+        q.job.req.prompt = canon;
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        Some(client)
     }
 
     /// Samples slot `s`'s next token from output row `row` and streams its text; the reason to
@@ -211,6 +268,10 @@ impl Scheduler {
         let n_ctx = self.ctx.params.n_ctx;
         let raw = self.ctx.logits(row);
         let q = self.slots[s].as_mut()?;
+        if q.warm.is_some() {
+            // The re-tokenized answer is read: nothing to sample.
+            return Some(FinishReason::Stop);
+        }
         fault::check(&q.job.req, fault::Phase::Sample);
         let logits = if q.job.req.logit_bias.is_empty() {
             raw
@@ -231,6 +292,9 @@ impl Scheduler {
         };
         q.sampler.accept(tok);
         let step = q.answer.accept(tok, q.n_past < n_ctx);
+        // Past the KV's positions when the answer ends here: the whole answer, for its
+        // re-tokenization and for reuse by text (`crate::reuse`).
+        q.tokens.push(tok);
         let now = Instant::now();
         match q.last {
             None => self.counters.ttft.observe((now - q.admitted).as_secs_f64()),
@@ -256,7 +320,6 @@ impl Scheduler {
             None => {}
         }
         q.next = tok;
-        q.tokens.push(tok);
         if let Some(d) = q.draft.as_mut() {
             d.drafter.extend(&[tok]);
         }

@@ -20,6 +20,7 @@ use tokenizer::Tokenizer;
 use super::fault::{self, panic_text};
 use super::seq::{Draft, Seq};
 use super::{Counters, Event, Finish, FinishReason, Job, Life, SchedulerOptions, Shed};
+use crate::reuse::{self, Recent, Splice};
 use crate::sequence::{Masks, Sequence};
 use crate::step::{self, ChunkSizer};
 use crate::tools::ToolGrammar;
@@ -59,6 +60,8 @@ pub(super) struct Scheduler {
     /// An output row with a request's `logit_bias` added (allocated at the first such request:
     /// 4 bytes per vocabulary entry).
     pub(super) biased: Vec<f32>,
+    /// The last finished sequences' tokens, for prompt reuse by text ([`crate::reuse`]).
+    pub(super) recent: Recent,
 }
 
 impl Scheduler {
@@ -94,6 +97,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             life,
             biased: Vec::new(),
+            recent: Recent::default(),
         }
     }
 
@@ -101,6 +105,7 @@ impl Scheduler {
     pub(super) fn shed_if_asked(&mut self) {
         if self.shed.take() {
             self.ctx.kv.prefix_clear();
+            self.recent.clear();
             self.counters.prefix_sheds.inc();
             self.publish_blocks();
         }
@@ -260,8 +265,13 @@ impl Scheduler {
     }
 
     /// Starts `job` in the free `slot` (its sampler, adapters and prefix-cache hit).
-    fn admit_one(&mut self, slot: usize, job: Job, submitted: Instant) {
+    fn admit_one(&mut self, slot: usize, mut job: Job, submitted: Instant) {
         fault::check(&job.req, fault::Phase::Admit);
+        let splice = if job.is_embedding() {
+            None
+        } else {
+            self.splice(&mut job.req.prompt, job.req.adapters.salt)
+        };
         let n_vocab = self.ctx.config().n_vocab;
         // A request's number never sizes an allocation past the context: the HTTP side refuses
         // a larger window, and this holds for any other caller.
@@ -305,6 +315,8 @@ impl Scheduler {
             tokens: job.req.prompt.clone(),
             n_past: hit,
             n_cached: hit,
+            splice,
+            warm: None,
             next: 0,
             submitted,
             admitted: Instant::now(),
@@ -320,6 +332,25 @@ impl Scheduler {
             self.order.push_back(slot);
         }
         self.counters.running.inc();
+    }
+
+    /// Splices `prompt` onto a recently finished sequence under `salt` where the two spell the
+    /// same text ([`crate::reuse`]), when the prefix cache then holds more of it and the
+    /// spliced prompt still fits the context; the splice, to count usage in `prompt`'s tokens.
+    fn splice(&self, prompt: &mut Vec<u32>, salt: u64) -> Option<Splice> {
+        if !self.ctx.kv.prefix_enabled() {
+            return None;
+        }
+        let tok = &*self.tok;
+        let (sp, s) = self.recent.best(salt, prompt, |id| reuse::piece_of(tok, id))?;
+        let spliced = sp.prompt(s, prompt);
+        if spliced.len() >= self.ctx.params.n_ctx
+            || self.ctx.kv.prefix_peek(&spliced, salt) <= self.ctx.kv.prefix_peek(prompt, salt)
+        {
+            return None;
+        }
+        *prompt = spliced;
+        Some(sp)
     }
 
     /// Takes in the blocks read from disk for the slots waiting for them, and starts those
@@ -368,7 +399,10 @@ impl Scheduler {
         self.order.retain(|&s| s != slot);
         self.restoring.retain(|&s| s != slot);
         self.counters.running.dec();
-        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        if q.warm.is_none() {
+            // A sequence computing its answer again gave its place back when it was answered.
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
         // Guarded: after a panic in a step the KV cache may be half-updated, and freeing it
         // must not lose the job's place or its answer.
         let freed = catch_unwind(AssertUnwindSafe(|| {

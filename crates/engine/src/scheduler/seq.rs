@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::{Finish, FinishReason, Job};
 use crate::draft::{Drafter, Gate, Ngram};
+use crate::reuse::Splice;
 use crate::{Sampler, Sequence};
 
 /// Speculative decoding for one sequence: its drafter, its gate, and the guesses the step in
@@ -37,6 +38,9 @@ pub(super) struct Seq {
     pub(super) n_past: usize,
     /// The prompt's tokens the prefix cache held at admission.
     pub(super) n_cached: usize,
+    /// How the prompt was spliced onto a recent sequence's tokens for the same text
+    /// ([`crate::reuse`]); usage counts the client's prompt as it was tokenized.
+    pub(super) splice: Option<Splice>,
     /// The token to feed next once the prompt is read.
     pub(super) next: u32,
     pub(super) submitted: Instant,
@@ -46,6 +50,10 @@ pub(super) struct Seq {
     pub(super) last: Option<Instant>,
     /// Speculative decoding, when the server drafts and the request allows it.
     pub(super) draft: Option<Draft>,
+    /// Set once the client has its answer and the slot computes the answer's re-tokenized KV
+    /// ([`crate::reuse::canonical`]): the events go here (and nowhere), the prompt is the
+    /// sequence re-tokenized, and the slot is freed when it is read.
+    pub(super) warm: Option<tokio::sync::mpsc::UnboundedReceiver<super::Event>>,
 }
 
 impl Seq {
@@ -56,10 +64,14 @@ impl Seq {
     pub(super) fn finish(&self, reason: FinishReason) -> Finish {
         let now = Instant::now();
         let first = self.first.unwrap_or(now);
+        let (n_prompt, n_cached) = match &self.splice {
+            Some(sp) => (sp.n_plain, sp.plain_cached(self.n_cached)),
+            None => (self.job.req.prompt.len(), self.n_cached),
+        };
         Finish {
             reason,
-            n_prompt: self.job.req.prompt.len(),
-            n_cached: self.n_cached,
+            n_prompt,
+            n_cached,
             n_gen: self.answer.n_gen(),
             stop_string: self.answer.stop_string(),
             queued: self.admitted - self.submitted,

@@ -86,6 +86,22 @@ impl PrefixCache {
         tokens: &[u32],
         max_blocks: usize,
     ) -> (Vec<&[BlockId]>, u64) {
+        let (keys, key) = self.walk(salt, tokens, max_blocks);
+        for &k in keys.iter().rev() {
+            self.touch(k);
+        }
+        (keys.iter().map(|k| &self.entries[k].blocks[..]).collect(), key)
+    }
+
+    /// The number of leading whole blocks of `tokens` (at most `max_blocks`) cached in RAM under
+    /// `salt`, without touching them.
+    pub fn peek(&self, salt: u64, tokens: &[u32], max_blocks: usize) -> usize {
+        self.walk(salt, tokens, max_blocks).0.len()
+    }
+
+    /// The keys of the longest chain cached under `salt` that `tokens` starts with (at most
+    /// `max_blocks`), and the last one (`salt` for none).
+    fn walk(&self, salt: u64, tokens: &[u32], max_blocks: usize) -> (Vec<u64>, u64) {
         let mut keys = Vec::new();
         let mut key = salt;
         for block in tokens.chunks_exact(BLOCK_TOKENS).take(max_blocks) {
@@ -98,10 +114,7 @@ impl PrefixCache {
                 _ => break,
             }
         }
-        for &k in keys.iter().rev() {
-            self.touch(k);
-        }
-        (keys.iter().map(|k| &self.entries[k].blocks[..]).collect(), key)
+        (keys, key)
     }
 
     fn touch(&mut self, key: u64) {

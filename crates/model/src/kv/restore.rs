@@ -18,6 +18,16 @@ use super::disk::{BlockKey, Pending};
 use super::{prefix, KvCache, SeqId, SeqKv};
 
 impl KvCache {
+    /// The positions [`KvCache::prefix_adopt_start`] would start a sequence of `tokens` on
+    /// from the RAM cache under `salt`, without adopting or touching anything.
+    pub fn prefix_peek(&self, tokens: &[u32], salt: u64) -> usize {
+        if !self.prefix.on {
+            return 0;
+        }
+        let max_blocks = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
+        self.prefix.peek(self.prefix_salt(salt), tokens, max_blocks) * BLOCK_TOKENS
+    }
+
     /// Starts `seq` (emptied first) on the longest prefix of `tokens` cached in RAM under
     /// `salt` (the adapter set's, `lora::store::salt`; 0 for the bare model), leaving at least
     /// the last token to compute (its logits are needed), and asks the disk tier for the

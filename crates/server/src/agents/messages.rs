@@ -31,7 +31,7 @@ use tokenizer::ChatMessage;
 
 use super::{Answer, BlockEvent, BlockKind, Blocks, Call, Part};
 use crate::api::limits;
-use crate::api::{collect, event_body, streamed, Settings};
+use crate::api::{collect, event_body, streamed, Names, Settings};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::responses::anthropic::{
     Block, Delta, ErrorBody, Event, Message, MessageDeltaBody, StopReason, TokenCount, Usage,
@@ -378,11 +378,12 @@ pub async fn create(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
     let run = async {
         let body = body_bytes(S, body)?;
         let (ticket, req, prompt) =
-            st.prepare_chat(S, body, Decoded::decode, Decoded::parts).await?;
+            st.prepare_chat(S, Names::Any, body, Decoded::decode, Decoded::parts).await?;
         let n_prompt = prompt.len();
-        let model = st.answer_model(Some(&req.model));
+        let asked = super::agent_model(&st, S, Some(&req.model));
+        let model = st.answer_model(asked);
         let stops = req.settings.stop.clone();
-        let started = super::start(&st, S, ticket, Some(&req.model), req.settings, prompt).await?;
+        let started = super::start(&st, S, ticket, asked, req.settings, prompt).await?;
         let head = Message {
             id: message_id(),
             kind: "message",
@@ -487,7 +488,8 @@ pub async fn count_tokens(State(st): Shared, body: Result<Bytes, BytesRejection>
         let body = body_bytes(S, body)?;
         // The place it holds bounds the work in flight, as a generation's does; it is given
         // back at once.
-        let (ticket, _, prompt) = st.prepare_chat(S, body, Decoded::read, Decoded::parts).await?;
+        let (ticket, _, prompt) =
+            st.prepare_chat(S, Names::Any, body, Decoded::read, Decoded::parts).await?;
         drop(ticket);
         Ok::<_, ApiError>(axum::Json(TokenCount { input_tokens: prompt.len() }).into_response())
     };

@@ -29,7 +29,7 @@ use tokenizer::ChatMessage;
 
 use super::{Answer, BlockEvent, BlockKind, Blocks, Call};
 use crate::api::limits;
-use crate::api::{collect, event_body, streamed, Settings};
+use crate::api::{collect, event_body, streamed, Names, Settings};
 use crate::error::{body_bytes, from_json, some_messages, ApiError, Style};
 use crate::responses::oai_responses::{
     Event, IncompleteDetails, Item, OutputText, ReasoningText, Response, Status, Usage,
@@ -411,10 +411,10 @@ pub async fn create(State(st): Shared, body: Result<Bytes, BytesRejection>) -> H
     let run = async {
         let body = body_bytes(S, body)?;
         let (ticket, req, prompt) =
-            st.prepare_chat(S, body, Decoded::decode, Decoded::parts).await?;
-        let model = st.answer_model(req.model.as_deref());
-        let started =
-            super::start(&st, S, ticket, req.model.as_deref(), req.settings, prompt).await?;
+            st.prepare_chat(S, Names::Any, body, Decoded::decode, Decoded::parts).await?;
+        let asked = super::agent_model(&st, S, req.model.as_deref());
+        let model = st.answer_model(asked);
+        let started = super::start(&st, S, ticket, asked, req.settings, prompt).await?;
         let id = fresh("resp");
         if req.stream {
             return Ok(stream(id, model, req.echo, started));
