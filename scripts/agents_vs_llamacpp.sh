@@ -5,7 +5,10 @@
 # (CHECKS_KEEP_GOING=1) instead of stopping at the first.
 #
 #   scripts/agents_vs_llamacpp.sh SNUG MODEL_GGUF [LLAMA_SERVER]
+#   MODES="agents" scripts/agents_vs_llamacpp.sh SNUG qwen2.5-coder-1.5b.gguf
 #
+# (The openai-agents run belongs on the 1.5B: given its tool's result, the 0.5B calls the tool
+# again until the agent's turns run out, on either server.)
 # LLAMA_SERVER defaults to the build without AMX (its default AMX path segfaults on AMX VMs),
 # else the default build, under /root/.cache/llamacpp. Both servers get the same context (4096),
 # one slot and 2 threads; llama-server runs with `--jinja` (the model's own chat template and
@@ -34,7 +37,7 @@ wait_up() {
 }
 
 run_modes() {  # $1: label
-    for mode in messages responses agents; do
+    for mode in ${MODES:-messages responses agents}; do
         CHECKS_KEEP_GOING=1 timeout 900 python3 "$script" "http://127.0.0.1:$port" "$name" "$mode" \
             > "$out/$1-$mode.log" 2>&1
         rc=$?
