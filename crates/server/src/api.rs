@@ -184,6 +184,24 @@ impl AppState {
         Ok(())
     }
 
+    /// The model name an agent route (Messages, Responses) runs and answers as, for `asked`.
+    ///
+    /// Coding agents send their vendor's names (Claude Code `claude-sonnet-4-5` and a small fast
+    /// model's, Codex `gpt-5-codex`) and have no setting for a local one everywhere, so a name that
+    /// is neither the served model, `BASE:ADAPTER`, nor a registered adapter is served by the model
+    /// itself, with a warning in the log once per name (llama-server answers any name). Adapters'
+    /// names route as on every route, and `BASE:ADAPTER` with an adapter not registered is still a
+    /// 404. Chat Completions and Ollama keep their 404: their clients let a user pick the name.
+    pub fn agent_model<'a>(&self, style: Style, asked: Option<&'a str>) -> Option<&'a str> {
+        let a = asked.filter(|a| !a.is_empty())?;
+        let base_adapter = a.match_indices(':').any(|(i, _)| self.card.matches(&a[..i]));
+        if base_adapter || self.check_model(style, Some(a)).is_ok() {
+            return Some(a);
+        }
+        warn_once(a);
+        None
+    }
+
     /// The cheap checks a generation request passes before any work proportional to it: the
     /// model it names is served here (404), and a place is free among the slots and the queue
     /// (429 with `Retry-After`, or 503 once the scheduler is gone). `body` is only scanned for
@@ -196,7 +214,7 @@ impl AppState {
         let asked = serde_json::from_slice::<Named>(body).ok().and_then(|n| n.model);
         let asked = match names {
             Names::Served => asked.as_deref(),
-            Names::Any => crate::agents::agent_model(self, style, asked.as_deref()),
+            Names::Any => self.agent_model(style, asked.as_deref()),
         };
         self.check_model(style, asked)?;
         self.engine.reserve().map_err(|r| ApiError::refused(style, r))
@@ -306,7 +324,7 @@ pub enum Names {
     /// The served model, `BASE:ADAPTER` and registered adapters; any other name is a 404.
     Served,
     /// Those, and any other name, answered by the served model (the agent routes:
-    /// [`crate::agents::agent_model`]).
+    /// [`AppState::agent_model`]).
     Any,
 }
 
@@ -756,6 +774,20 @@ pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs().min(i64::MAX as u64) as i64;
     format!("{}.{:09}Z", tokenizer::strftime("%Y-%m-%dT%H:%M:%S", secs), d.subsec_nanos())
+}
+
+/// Names warned about by [`AppState::agent_model`] (at most [`WARNED_NAMES`]; past that, no more
+/// warnings: a client cycling names cannot grow it or flood the log).
+static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+const WARNED_NAMES: usize = 64;
+
+fn warn_once(name: &str) {
+    let mut w = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if w.len() < WARNED_NAMES && !w.iter().any(|n| n == name) {
+        w.push(name.to_string());
+        let shown: String = name.chars().take(100).collect();
+        eprintln!("snug: warning: model {shown:?} is not served here; the served model answers it (the agent routes answer any model name)");
+    }
 }
 
 #[cfg(test)]

@@ -380,7 +380,7 @@ pub async fn create(State(st): Shared, body: Result<Bytes, BytesRejection>) -> R
         let (ticket, req, prompt) =
             st.prepare_chat(S, Names::Any, body, Decoded::decode, Decoded::parts).await?;
         let n_prompt = prompt.len();
-        let asked = super::agent_model(&st, S, Some(&req.model));
+        let asked = st.agent_model(S, Some(&req.model));
         let model = st.answer_model(asked);
         let stops = req.settings.stop.clone();
         let started = super::start(&st, S, ticket, asked, req.settings, prompt).await?;

@@ -302,38 +302,6 @@ pub async fn start(
     Ok(Started { rx, parser, format })
 }
 
-/// The model name an agent route (Messages, Responses) runs and answers as, for `asked`.
-///
-/// Coding agents send their vendor's names (Claude Code `claude-sonnet-4-5` and a small fast
-/// model's, Codex `gpt-5-codex`) and have no setting for a local one everywhere, so a name that
-/// is neither the served model, `BASE:ADAPTER`, nor a registered adapter is served by the model
-/// itself, with a warning in the log once per name (llama-server answers any name). Adapters'
-/// names route as on every route, and `BASE:ADAPTER` with an adapter not registered is still a
-/// 404. Chat Completions and Ollama keep their 404: their clients let a user pick the name.
-pub fn agent_model<'a>(st: &AppState, style: Style, asked: Option<&'a str>) -> Option<&'a str> {
-    let a = asked.filter(|a| !a.is_empty())?;
-    let base_adapter = a.match_indices(':').any(|(i, _)| st.card.matches(&a[..i]));
-    if base_adapter || st.check_model(style, Some(a)).is_ok() {
-        return Some(a);
-    }
-    warn_once(a);
-    None
-}
-
-/// Names warned about by [`agent_model`] (at most [`WARNED_NAMES`]; past that, no more
-/// warnings: a client cycling names cannot grow it or flood the log).
-static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-const WARNED_NAMES: usize = 64;
-
-fn warn_once(name: &str) {
-    let mut w = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if w.len() < WARNED_NAMES && !w.iter().any(|n| n == name) {
-        w.push(name.to_string());
-        let shown: String = name.chars().take(100).collect();
-        warn(&format!("model {shown:?} is not served here; the served model answers it (the agent routes answer any model name)"));
-    }
-}
-
 /// The prompt's tokens read from the cache, and those computed.
 pub fn split_prompt(f: &Finish) -> (usize, usize) {
     let cached = f.n_cached.min(f.n_prompt);

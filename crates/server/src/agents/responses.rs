@@ -412,7 +412,7 @@ pub async fn create(State(st): Shared, body: Result<Bytes, BytesRejection>) -> H
         let body = body_bytes(S, body)?;
         let (ticket, req, prompt) =
             st.prepare_chat(S, Names::Any, body, Decoded::decode, Decoded::parts).await?;
-        let asked = super::agent_model(&st, S, req.model.as_deref());
+        let asked = st.agent_model(S, req.model.as_deref());
         let model = st.answer_model(asked);
         let started = super::start(&st, S, ticket, asked, req.settings, prompt).await?;
         let id = fresh("resp");
